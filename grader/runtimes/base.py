@@ -1,0 +1,241 @@
+"""The runtime interface every exercise is written against, and what both runtimes share.
+
+An exercise never imports CuPy. It receives a runtime ``rt`` and uses only this:
+
+    mod = rt.compile(SOURCE, name_expressions=(...))     # -> Module
+    kernel = mod.get_function("name")                     # -> Kernel
+    kernel.max_dynamic_shared_size_bytes = nbytes         # opt in past 48 KB
+    kernel(grid, block, (arrays and scalars...), shared_mem=nbytes)
+    rt.empty(shape, "float32"), rt.zeros(...), rt.full(...), rt.asarray(numpy_array)
+    rt.int32(n), rt.uint32(n), rt.float32(x), rt.int64(n)   # scalars, typed like the C parameter
+    rt.multiprocessor_count, rt.max_shared_memory_per_block, rt.max_shared_memory_per_block_optin
+    rt.xp                                                 # cupy on the GPU, numpy on the CPU
+
+The GPU runtime wraps CuPy's RawModule/RawKernel; the CPU runtime wraps the emulator. Both prepend
+PRELUDE, both map compiler messages back to the line of the exercise file, and both refuse a launch
+whose scalar argument does not match its C parameter's type.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+# Prepended to every kernel source by both runtimes. NVRTC has no <math.h> or <float.h>, so the
+# constants a kernel needs most are defined here (guarded, so a host compiler's own win).
+PRELUDE = r"""
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fffffff)
+#endif
+#ifndef FLT_MAX
+#define FLT_MAX 3.402823466e+38f
+#endif
+#ifndef FLT_MIN
+#define FLT_MIN 1.175494351e-38f
+#endif
+#ifndef M_LOG2E_F
+#define M_LOG2E_F 1.4426950408889634f
+#endif
+#ifndef M_LN2_F
+#define M_LN2_F 0.6931471805599453f
+#endif
+"""
+
+
+class GraderError(Exception):
+    """An error the grader reports to the student as it is (no traceback)."""
+
+
+class RuntimeUnavailable(GraderError):
+    """The requested backend cannot run on this machine."""
+
+
+class CompileError(GraderError):
+    """The kernel source did not compile. ``log`` holds the compiler's own message."""
+
+    def __init__(self, message: str, log: str = ""):
+        super().__init__(message + ("\n" + log if log else ""))
+        self.log = log
+
+
+class LaunchError(GraderError):
+    """A launch was refused before it ran (bad grid, block, argument or shared memory)."""
+
+
+class KernelFault(GraderError):
+    """The kernel did something wrong while running (out of bounds, deadlock, race ...)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Where a kernel source came from, so compiler messages can name the student's file and line.
+
+_origins: list[Path] = []
+
+
+def register_origin(path) -> None:
+    """Remember a Python file whose string literals may hold kernel sources."""
+    p = Path(path).resolve()
+    if p not in _origins:
+        _origins.insert(0, p)
+
+
+def line_directive(source: str) -> str:
+    """A ``#line`` directive that makes line 1 of ``source`` report as its line in its file."""
+    for path in _origins:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        pos = text.find(source)
+        if pos >= 0:
+            line = text.count("\n", 0, pos) + 1
+            return f'#line {line} "{path.name}"\n'
+    return '#line 1 "kernel.cu"\n'
+
+
+def full_source(source: str) -> str:
+    """What both runtimes compile: the prelude, then the student's source at its own line numbers."""
+    return PRELUDE + line_directive(source) + source
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel signatures: parsed from the source so a launch can be checked before it runs.
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    ctype: str        # the C type with qualifiers removed: "float*", "int", "unsigned int" ...
+    pointer: bool
+
+
+_SCALARS = {
+    "int": np.int32, "int32_t": np.int32, "unsigned": np.uint32, "unsigned int": np.uint32,
+    "uint32_t": np.uint32, "long long": np.int64, "long long int": np.int64, "int64_t": np.int64,
+    "unsigned long long": np.uint64, "uint64_t": np.uint64, "size_t": np.uint64,
+    "float": np.float32, "double": np.float64, "bool": np.bool_, "short": np.int16,
+    "unsigned short": np.uint16, "char": np.int8, "unsigned char": np.uint8,
+}
+_QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict)\b")
+_KERNEL = re.compile(
+    r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+'
+    r'(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)', re.S)
+
+
+def _strip_comments(src: str) -> str:
+    src = re.sub(r"/\*.*?\*/", " ", src, flags=re.S)
+    return re.sub(r"//[^\n]*", "", src)
+
+
+def parse_signatures(source: str) -> dict[str, list[Param]]:
+    """``extern "C" __global__`` kernels and their parameters (templates are not parsed)."""
+    out = {}
+    for m in _KERNEL.finditer(_strip_comments(source)):
+        params = []
+        for raw in m.group(2).split(","):
+            raw = " ".join(_QUALIFIERS.sub(" ", raw).split())
+            if not raw or raw == "void":
+                continue
+            pm = re.match(r"(.*?)([\w]+)\s*(\[\s*\])?$", raw)
+            if not pm:
+                continue
+            ctype = pm.group(1).replace(" *", "*").strip()
+            pointer = "*" in ctype or bool(pm.group(3))
+            params.append(Param(pm.group(2), " ".join(ctype.split()), pointer))
+        out[m.group(1)] = params
+    return out
+
+
+def check_args(kernel: str, params: list[Param] | None, args, is_array) -> None:
+    """Refuse arguments that would reach the kernel as the wrong bytes."""
+    if params is None:
+        return
+    if not isinstance(args, tuple):
+        raise LaunchError(f"{kernel}: the kernel arguments must be a tuple, got {type(args).__name__}")
+    if len(args) != len(params):
+        raise LaunchError(
+            f"{kernel} takes {len(params)} arguments ({', '.join(p.name for p in params)}) "
+            f"but the launch passed {len(args)}.")
+    for i, (p, a) in enumerate(zip(params, args)):
+        where = f"{kernel}: argument {i + 1} ({p.ctype} {p.name})"
+        if p.pointer:
+            if not is_array(a):
+                raise LaunchError(f"{where} is a pointer, but the launch passed {type(a).__name__}. "
+                                  "Pass an array allocated with rt.empty/rt.zeros/rt.asarray.")
+            continue
+        want = _SCALARS.get(p.ctype.replace("*", "").strip())
+        if want is None:
+            continue  # a struct or a type we do not know: let it through
+        if isinstance(a, (bool, int, float)):
+            raise LaunchError(
+                f"{where} got a Python {type(a).__name__}. CuPy sends a Python int as 8 bytes and a "
+                f"float as a double, so the kernel would read garbage. Wrap it: "
+                f"rt.{np.dtype(want).name}({p.name}).")
+        if is_array(a):
+            raise LaunchError(f"{where} is a scalar, but the launch passed an array.")
+        if not isinstance(a, np.generic) or np.dtype(type(a)) != np.dtype(want):
+            got = np.dtype(type(a)).name if isinstance(a, np.generic) else type(a).__name__
+            raise LaunchError(f"{where} expects {np.dtype(want).name}, but the launch passed {got}. "
+                              f"Wrap it: rt.{np.dtype(want).name}(...).")
+
+
+def check_launch(kernel: str, grid, block, shared_mem, max_threads=1024) -> tuple[tuple, tuple]:
+    """Normalise grid and block to 3-tuples of positive ints and refuse impossible launches."""
+    def dims(x, what):
+        if isinstance(x, (int, np.integer)):
+            x = (int(x),)
+        x = tuple(int(v) for v in x)
+        if not 1 <= len(x) <= 3 or any(v < 1 for v in x):
+            raise LaunchError(f"{kernel}: {what} {x} must have 1 to 3 positive sizes.")
+        return x + (1,) * (3 - len(x))
+    g, b = dims(grid, "grid"), dims(block, "block")
+    threads = b[0] * b[1] * b[2]
+    if threads > max_threads:
+        raise LaunchError(f"{kernel}: a block of {b} is {threads} threads; a block holds at most "
+                          f"{max_threads}. Use fewer threads per block and more blocks.")
+    if b[2] > 64:
+        raise LaunchError(f"{kernel}: blockDim.z is at most 64, got {b[2]}.")
+    if g[1] > 65535 or g[2] > 65535:
+        raise LaunchError(f"{kernel}: gridDim.y and gridDim.z are at most 65535, got {g}.")
+    if int(shared_mem) < 0:
+        raise LaunchError(f"{kernel}: shared_mem must be >= 0, got {shared_mem}.")
+    return g, b
+
+
+class Runtime:
+    """What an exercise may use. Subclasses: GpuRuntime (CuPy) and CpuRuntime (the emulator)."""
+
+    name = "base"
+    int32, uint32, int64, uint64 = np.int32, np.uint32, np.int64, np.uint64
+    float32, float64 = np.float32, np.float64
+
+    xp = np
+    multiprocessor_count = 1
+    max_shared_memory_per_block = 48 * 1024
+    max_shared_memory_per_block_optin = 48 * 1024
+    device_name = "?"
+
+    def compile(self, source: str, options=(), name_expressions=None):
+        raise NotImplementedError
+
+    def empty(self, shape, dtype="float32"):
+        return self.xp.empty(shape, dtype=dtype)
+
+    def zeros(self, shape, dtype="float32"):
+        return self.xp.zeros(shape, dtype=dtype)
+
+    def full(self, shape, value, dtype="float32"):
+        return self.xp.full(shape, value, dtype=dtype)
+
+    def asarray(self, a, dtype=None):
+        return self.xp.ascontiguousarray(self.xp.asarray(a, dtype=dtype))
+
+    def to_numpy(self, a) -> np.ndarray:
+        return np.asarray(a)
+
+    def synchronize(self) -> None:
+        pass

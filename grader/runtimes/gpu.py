@@ -1,0 +1,116 @@
+"""The GPU runtime: CuPy's RawModule (NVRTC) with the course's prelude and argument checks."""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import (CompileError, LaunchError, Runtime, RuntimeUnavailable, check_args,
+                   check_launch, full_source, parse_signatures)
+
+
+def _import_cupy():
+    try:
+        import cupy
+    except Exception as e:  # ImportError, or a CUDA library that fails to load
+        raise RuntimeUnavailable(
+            f"CuPy is not usable here ({type(e).__name__}: {e}). Install the extra that matches "
+            "your driver: pip install -e '.[cuda12]' or '.[cuda13]', or use --backend cpu.") from e
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:
+        raise RuntimeUnavailable(f"CuPy is installed but sees no GPU ({e}). Use --backend cpu.") from e
+    if n < 1:
+        raise RuntimeUnavailable("CuPy is installed but sees no GPU. Use --backend cpu.")
+    return cupy
+
+
+def gpu_available() -> bool:
+    try:
+        _import_cupy()
+        return True
+    except RuntimeUnavailable:
+        return False
+
+
+class GpuKernel:
+    def __init__(self, rt, raw, name, params):
+        self._rt, self._raw, self.name, self.params = rt, raw, name, params
+
+    @property
+    def max_dynamic_shared_size_bytes(self):
+        return self._raw.max_dynamic_shared_size_bytes
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, value):
+        self._raw.max_dynamic_shared_size_bytes = int(value)
+
+    @property
+    def attributes(self) -> dict:
+        """Registers, static shared memory, local (spill) bytes and the like, from the driver."""
+        return dict(self._raw.attributes)
+
+    def __call__(self, grid, block, args, shared_mem=0, stream=None):
+        cupy = self._rt.xp
+        grid, block = check_launch(self.name, grid, block, shared_mem)
+        check_args(self.name, self.params, args, lambda a: isinstance(a, (cupy.ndarray, np.ndarray)))
+        for i, a in enumerate(args):
+            if isinstance(a, np.ndarray):
+                raise LaunchError(f"{self.name}: argument {i + 1} is a NumPy array in host memory; "
+                                  "the GPU needs rt.asarray(...) first.")
+        if shared_mem > 48 * 1024 and shared_mem > self._raw.max_dynamic_shared_size_bytes:
+            raise LaunchError(
+                f"{self.name}: shared_mem={shared_mem} bytes is over the 48 KB default. Opt in first: "
+                f"kernel.max_dynamic_shared_size_bytes = {shared_mem} (this GPU allows up to "
+                f"{self._rt.max_shared_memory_per_block_optin}).")
+        kw = {"shared_mem": int(shared_mem)}
+        if stream is not None:
+            kw["stream"] = stream
+        self._raw(grid, block, args, **kw)
+
+
+class GpuModule:
+    def __init__(self, rt, raw, signatures):
+        self._rt, self._raw, self._sig = rt, raw, signatures
+
+    def get_function(self, name: str) -> GpuKernel:
+        try:
+            raw = self._raw.get_function(name)
+        except Exception as e:
+            raise CompileError(f"no kernel named {name!r} in the module ({e}). "
+                               'Is it declared extern "C" __global__?') from e
+        return GpuKernel(self._rt, raw, name, self._sig.get(name))
+
+
+class GpuRuntime(Runtime):
+    name = "gpu"
+
+    def __init__(self):
+        cupy = _import_cupy()
+        self.xp = cupy
+        dev = cupy.cuda.Device()
+        props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+        self.device_name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        self.multiprocessor_count = int(props["multiProcessorCount"])
+        self.max_shared_memory_per_block = int(props["sharedMemPerBlock"])
+        self.max_shared_memory_per_block_optin = int(props["sharedMemPerBlockOptin"])
+        self.compute_capability = f"{props['major']}{props['minor']}"
+
+    def compile(self, source: str, options=(), name_expressions=None):
+        cupy = self.xp
+        code = full_source(source)
+        opts = ("-std=c++17",) + tuple(options)
+        try:
+            raw = cupy.RawModule(code=code, options=opts,
+                                 name_expressions=tuple(name_expressions) if name_expressions else None)
+            raw.compile()
+        except cupy.cuda.compiler.CompileException as e:
+            raise CompileError("the kernel did not compile (NVRTC):", str(e)) from None
+        return GpuModule(self, raw, parse_signatures(source))
+
+    def asarray(self, a, dtype=None):
+        return self.xp.ascontiguousarray(self.xp.asarray(a, dtype=dtype))
+
+    def to_numpy(self, a) -> np.ndarray:
+        return self.xp.asnumpy(a) if isinstance(a, self.xp.ndarray) else np.asarray(a)
+
+    def synchronize(self) -> None:
+        self.xp.cuda.runtime.deviceSynchronize()
