@@ -222,8 +222,16 @@ class Runtime:
     def compile(self, source: str, options=(), name_expressions=None):
         raise NotImplementedError
 
+    # The grader sets this while checking: every rt.empty() is then filled with NaN (or a sentinel for
+    # integers), so an output element the kernel never writes is caught instead of passing by luck.
+    poison_outputs = False
+
     def empty(self, shape, dtype="float32"):
-        return self.xp.empty(shape, dtype=dtype)
+        if not self.poison_outputs:
+            return self.xp.empty(shape, dtype=dtype)
+        dt = np.dtype(dtype)
+        fill = np.nan if dt.kind in "fc" else (np.iinfo(dt).min if dt.kind in "iu" else 0)
+        return self.xp.full(shape, fill, dtype=dt)
 
     def zeros(self, shape, dtype="float32"):
         return self.xp.zeros(shape, dtype=dtype)

@@ -1,0 +1,94 @@
+"""`grader bench`: median GPU time of a kernel next to CuPy baselines, with TFLOP/s or GB/s.
+
+A task's BENCH is a list of BenchCase. Each names its inputs' shape, how to make them, the figure that
+matters (FLOPs for compute-bound kernels, bytes for memory-bound ones) and baselines: callables
+(rt, inputs) -> outputs, timed exactly like the student's function.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .runtimes.base import GraderError
+
+
+@dataclass
+class BenchCase:
+    name: str
+    params: dict
+    flops: float = 0.0                    # for TFLOP/s
+    bytes: float = 0.0                    # for GB/s
+    baselines: dict[str, Callable] = field(default_factory=dict)
+
+
+def time_gpu(fn, rt, warmup=3, reps=20) -> list[float]:
+    """Milliseconds of each of `reps` calls, timed with CUDA events after `warmup` calls."""
+    cupy = rt.xp
+    for _ in range(warmup):
+        fn()
+    rt.synchronize()
+    times = []
+    for _ in range(reps):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop))
+    return times
+
+
+def rate(case: BenchCase, ms: float) -> str:
+    if case.flops:
+        return f"{case.flops / (ms * 1e-3) / 1e12:7.1f} TFLOP/s"
+    if case.bytes:
+        return f"{case.bytes / (ms * 1e-3) / 1e9:7.0f} GB/s"
+    return ""
+
+
+def bench(ex, path, as_json=False, quick=False) -> int:
+    from .engine.runner import case_rng, load_exercise_function
+    from .runtimes import get_runtime
+    from .tasks import load_task
+    rt = get_runtime("gpu")  # raises RuntimeUnavailable with advice when there is no GPU
+    task = load_task(ex)
+    cases = getattr(task, "BENCH", None)
+    if not cases:
+        raise GraderError(f"{ex.id} has no benchmark yet.")
+    fn = load_exercise_function(ex, path)
+    reps, warmup = (5, 1) if quick else (20, 3)
+    rows = []
+    for case in cases:
+        inputs = task.make_inputs(case.params, case_rng(0, case.name))
+        dev = {k: rt.asarray(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+        contenders = {"yours": lambda: task.call(fn, rt, dev, case.params)}
+        for name, base in case.baselines.items():
+            contenders[name] = (lambda b=base: b(rt, dev, case.params))
+        row = {"case": case.name, "params": case.params, "results": {}}
+        for name, f in contenders.items():
+            try:
+                ms = float(np.median(time_gpu(f, rt, warmup, reps)))
+                row["results"][name] = {"median_ms": ms, "rate": rate(case, ms).strip()}
+            except Exception as e:  # a baseline that does not fit in memory, say
+                row["results"][name] = {"error": f"{type(e).__name__}: {e}"}
+        rows.append(row)
+        rt.xp.get_default_memory_pool().free_all_blocks()
+    out = {"id": ex.id, "file": str(path), "device": rt.device_name, "cases": rows}
+    if as_json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"grader bench {ex.id} on {rt.device_name} (median of {reps} runs, CUDA events)")
+    for row in rows:
+        shape = ", ".join(f"{k}={v}" for k, v in row["params"].items())
+        print(f"\n  {row['case']} ({shape})")
+        yours = row["results"]["yours"].get("median_ms")
+        for name, r in row["results"].items():
+            if "error" in r:
+                print(f"    {name:<22} failed: {r['error'][:100]}")
+                continue
+            ratio = f"  ({r['median_ms'] / yours:5.2f}× yours)" if yours and name != "yours" else ""
+            print(f"    {name:<22} {r['median_ms']:9.3f} ms  {r['rate']:>16}{ratio}")
+    return 0

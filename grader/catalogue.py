@@ -1,0 +1,158 @@
+"""The course, in order. Every tool reads this list; nothing else hard-codes the exercises.
+
+Each exercise id `NN_name` names modules/NN_name.md, exercises/NN_name.py, solutions/NN_name.py,
+notebooks/NN_name.ipynb and the checks in grader/tasks/name.py. `entry` is the Python function
+the exercise file defines; `todos` are the numbered places the student fills in, in order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Exercise:
+    id: str
+    title: str
+    entry: str
+    goals: tuple[str, ...]
+    todos: tuple[str, ...]
+    hints: tuple[str, ...]
+
+    @property
+    def number(self) -> int:
+        return int(self.id[:2])
+
+    @property
+    def name(self) -> str:
+        return self.id[3:]
+
+
+EXERCISES: tuple[Exercise, ...] = (
+    Exercise(
+        id="00_naive_attention",
+        title="Naive attention: scores, softmax, output",
+        entry="naive_attention",
+        goals=(
+            "Write attention as three kernels: S = scale·QKᵀ, P = softmax(S) row by row, O = PV.",
+            "Index [B, H, N, d] tensors and map query heads to kv heads (GQA).",
+            "See why the N×N score matrix makes memory grow as N².",
+        ),
+        todos=(
+            "scores kernel: one thread per (query i, key j) computes scale · q_i · k_j",
+            "softmax kernel: one thread per row subtracts the row max, exponentiates, normalises, writes lse",
+            "output kernel: one thread per (query i, feature c) computes sum_j P[i, j] · v[j, c]",
+            "launch code: grids that cover every element",
+        ),
+        hints=(
+            "Flatten the indices: q[b, h, i, c] lives at ((b*H + h)*Nq + i)*d + c. k and v use Hkv and Nk.",
+            "The kv head of query head h is h / (H / Hkv) (integer division): H/Hkv query heads share one.",
+            "Subtract the row max before expf: expf(50) is fine but expf(100) overflows to inf, and inf/inf is NaN.",
+            "lse = m + logf(l), where m is the row max and l = sum_j expf(s_j - m).",
+            "A thread whose (i, j) is past the end must return before reading: the grid is rounded up.",
+        ),
+    ),
+    Exercise(
+        id="01_online_softmax",
+        title="Online softmax: one pass, warp reductions, merging states",
+        entry="online_softmax",
+        goals=(
+            "Keep a running max m and sum l in one pass, rescaling l when the max grows.",
+            "Merge two partial (m, l) states, and reduce a warp's states with shuffles.",
+            "Write the softmax and its log-sum-exp: the ingredients of FlashAttention and split-KV.",
+        ),
+        todos=(
+            "per-thread pass: each lane streams its strided elements, updating (m, l) online",
+            "merge: combine two (m, l) states without NaN when both are empty",
+            "warp reduction: combine the 32 lanes' states with __shfl_xor_sync",
+            "second pass: write y = exp(x - m) / l and lse = m + log(l)",
+        ),
+        hints=(
+            "When a new x arrives: m_new = max(m, x); l = l·exp(m - m_new) + exp(x - m_new).",
+            "Start from the empty state m = -INFINITY, l = 0. exp(-inf - -inf) is NaN: guard the merge when m_new is -inf.",
+            "for (int offset = 16; offset > 0; offset /= 2) merge your state with __shfl_xor_sync(0xffffffff, m, offset) and the same for l.",
+            "After the xor butterfly every lane holds the row's (m, l): no broadcast needed.",
+        ),
+    ),
+    Exercise(
+        id="02_flash_forward",
+        title="FlashAttention forward: tiles, online softmax, one pass",
+        entry="flash_forward",
+        goals=(
+            "Stream K/V tiles through shared memory; never materialise the N×N scores.",
+            "Keep the running max and sum per query row and rescale the output as the max grows.",
+            "Write o normalised once at the end, and lse for the backward pass and split-KV.",
+        ),
+        todos=(
+            "load this block's query tile",
+            "load a K/V tile into shared memory",
+            "scores for the tile, masked past Nk",
+            "online softmax update and rescale of the accumulator",
+            "normalise by 1/l and write o and lse",
+            "launch code: grid, block and shared memory",
+        ),
+        hints=(
+            "One block per (query tile, head, batch): grid = (ceil(Nq / BLOCK_M), H, B).",
+            "Keys past Nk in the last tile must get score -INFINITY, not 0.",
+            "When the max grows from m to m_new, multiply the accumulator and l by exp(m - m_new) before adding the tile.",
+            "__syncthreads() before the next tile overwrites shared memory, and after loading it.",
+            "Divide by l once at the very end; a row with l = 0 writes 0 and lse = -INFINITY.",
+        ),
+    ),
+    Exercise(
+        id="03_flash_causal",
+        title="Causal FlashAttention: masks aligned bottom-right, skipped tiles",
+        entry="flash_causal",
+        goals=(
+            "Mask key j for query i unless j <= i + (Nk - Nq).",
+            "Classify tiles as fully visible, diagonal or skipped, so causal costs about half.",
+            "Handle rows that see no key at all: output 0 and lse -inf.",
+        ),
+        todos=(
+            "the last key tile this query tile can see",
+            "the per-element mask on diagonal tiles",
+            "rows with no visible key",
+        ),
+        hints=(
+            "Query row i sees keys 0 .. i + (Nk - Nq); the last row of a tile bounds the keys the whole tile needs.",
+            "Only tiles that straddle the diagonal need the per-element test; tiles fully below it need none.",
+            "With Nq > Nk the first Nq - Nk rows see nothing: keep l = 0 and write 0 and -INFINITY.",
+        ),
+    ),
+    Exercise(
+        id="04_splitkv_decode",
+        title="Split-KV decode: one token against a long cache, at memory speed",
+        entry="splitkv_decode",
+        goals=(
+            "See why one block per (sequence, head) leaves most of the GPU idle at batch 1.",
+            "Split the cache across blocks, write partial outputs with their lse, combine them.",
+            "Read each kv head once for all the query heads that share it.",
+        ),
+        todos=(
+            "partial kernel: attention over one split of the cache",
+            "write the split's output and lse to the workspace",
+            "combine kernel: merge the splits with the log-sum-exp rescaling",
+            "launch code: choose the number of splits",
+        ),
+        hints=(
+            "Subtract the largest split lse before exponentiating in the combine, or large scores overflow.",
+            "An empty split (past the context) has lse = -INFINITY and weight 0.",
+            "Aim for a few waves of blocks: splits × heads × batch ≈ a few times the SM count.",
+        ),
+    ),
+)
+
+BY_ID = {ex.id: ex for ex in EXERCISES}
+
+
+def resolve(name: str) -> Exercise:
+    """Accept `02_flash_forward`, `02`, `2` or `flash_forward`."""
+    key = str(name).strip()
+    if key in BY_ID:
+        return BY_ID[key]
+    for ex in EXERCISES:
+        if key.isdigit() and int(key) == ex.number:
+            return ex
+        if key == ex.name or key.replace("-", "_") == ex.name:
+            return ex
+    known = ", ".join(ex.id for ex in EXERCISES)
+    raise KeyError(f"unknown exercise {name!r}. The exercises are: {known}.")

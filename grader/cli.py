@@ -1,0 +1,264 @@
+"""The `grader` command: list, check, hint, bench, doctor (and `stubs` for instructors).
+
+Exit codes: 0 success, 1 a check failed, 2 a usage or environment error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import catalogue, paths, progress
+from .runtimes.base import GraderError
+
+USAGE_ERROR = 2
+
+
+def _err(msg: str) -> int:
+    print(f"grader: {msg}", file=sys.stderr)
+    return USAGE_ERROR
+
+
+def _exercise(name: str) -> catalogue.Exercise:
+    try:
+        return catalogue.resolve(name)
+    except KeyError as e:
+        raise GraderError(e.args[0]) from None
+
+
+def _target_file(ex, args) -> Path:
+    if args.file:
+        p = Path(args.file)
+        if not p.is_file():
+            raise GraderError(f"no such file: {p}")
+        return p.resolve()
+    p = paths.solution_file(ex.id) if args.solution else paths.exercise_file(ex.id)
+    if not p.is_file():
+        raise GraderError(f"{p} does not exist yet. This exercise's files are not in your copy of the "
+                          "course: `git pull` to get them.")
+    return p
+
+
+# ---- list --------------------------------------------------------------------------------------
+
+def cmd_list(args) -> int:
+    state = progress.progress()
+    rows, next_id = [], None
+    for ex in catalogue.EXERCISES:
+        available = paths.exercise_file(ex.id).is_file()
+        st = state.get(ex.id)
+        if not available:
+            status = "coming soon"
+        elif st is None:
+            status = "not started"
+        elif st["passed"]:
+            status = "done"
+        elif st.get("not_implemented"):
+            status = "not implemented yet"
+        else:
+            status = f"in progress ({st['cases_passed']}/{st['cases']} cases pass)"
+        if next_id is None and available and status != "done":
+            next_id = ex.id
+        rows.append({"id": ex.id, "title": ex.title, "status": status, "available": available,
+                     "last_check": st})
+    if args.json:
+        print(json.dumps({"exercises": rows, "next": next_id}, indent=1))
+        return 0
+    print("FlashAttention from scratch: the course\n")
+    for r in rows:
+        mark = "→" if r["id"] == next_id else ("✓" if r["status"] == "done" else " ")
+        print(f" {mark} {r['id']:<20} {r['title']:<66} {r['status']}")
+    if next_id:
+        print(f"\nNext: read modules/{next_id}.md, edit exercises/{next_id}.py, then "
+              f"`grader check {next_id}`.")
+    else:
+        print("\nEvery available exercise passes. Well done.")
+    return 0
+
+
+# ---- check -------------------------------------------------------------------------------------
+
+def _fmt_err(x) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    return f"{x:.1e}"
+
+
+def print_report(report: dict, ex, rel_file: str, replay: str) -> None:
+    cases = report["cases"]
+    print(f"grader check {ex.id} · {rel_file} · backend {report['backend']} · seed {report['seed']}")
+    if report.get("error"):
+        print(f"\n{report['error']}")
+        return
+    if cases and all(c["kind"] == "not_implemented" for c in cases):
+        print(f"\n✗ {cases[0]['message']}")
+        return
+    width = max(len(c["name"]) for c in cases)
+    first_fail = None
+    for c in cases:
+        ok = "✓" if c["passed"] else "✗"
+        extra = "" if c["kind"] == "checked" else f"  [{c['kind'].replace('_', ' ')}]"
+        print(f"  {ok} {c['name']:<{width}}  rel {_fmt_err(c['rel_err']):>8}  "
+              f"max {_fmt_err(c['max_abs_err']):>8}{extra}")
+        if not c["passed"] and first_fail is None and c["kind"] != "not_run":
+            first_fail = c
+    n_pass = sum(c["passed"] for c in cases)
+    n_fail = len(cases) - n_pass
+    if first_fail:
+        shape = ", ".join(f"{k}={v}" for k, v in first_fail["params"].items())
+        print(f"\nFirst failure: {first_fail['name']} ({shape})")
+        for line in first_fail["message"].splitlines():
+            print(f"  {line}")
+        print(f"\nReplay exactly: {replay}")
+    print(f"\n{n_pass} passed, {n_fail} failed")
+
+
+def cmd_check(args) -> int:
+    from .engine.check import new_seed, run_check
+    from .runtimes import resolve_backend
+    ex = _exercise(args.id)
+    path = _target_file(ex, args)
+    backend = resolve_backend(args.backend)
+    seed = args.seed if args.seed is not None else new_seed()
+    report = run_check(ex, path, backend, seed, case_timeout=args.timeout, cases=args.case or None)
+    try:
+        rel_file = str(path.relative_to(paths.course_root()))
+    except ValueError:
+        rel_file = str(path)
+    which = "--solution " if args.solution else (f"--file {args.file} " if args.file else "")
+    replay = f"grader check {ex.id} {which}--backend {backend} --seed {seed}"
+    if not args.solution and not args.file:
+        progress.record_check(report)
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print_report(report, ex, rel_file, replay)
+    if report.get("error"):
+        return USAGE_ERROR
+    return 0 if report["passed"] else 1
+
+
+# ---- hint --------------------------------------------------------------------------------------
+
+def cmd_hint(args) -> int:
+    ex = _exercise(args.id)
+    total = len(ex.hints)
+    if args.n is not None:
+        if not 1 <= args.n <= total:
+            return _err(f"{ex.id} has hints 1 to {total}.")
+        n = args.n
+        progress.set_hints_revealed(ex.id, max(n, progress.hints_revealed(ex.id)))
+    else:
+        n = progress.hints_revealed(ex.id) + 1
+        if n > total:
+            print(f"All {total} hints of {ex.id} are out. Re-read one with `grader hint {ex.id} N`, "
+                  f"or read the pitfalls in modules/{ex.id}.md.")
+            return 0
+        progress.set_hints_revealed(ex.id, n)
+    print(f"Hint {n}/{total} for {ex.id}: {ex.hints[n - 1]}")
+    if n < total:
+        print(f"(`grader hint {ex.id}` for the next one)")
+    return 0
+
+
+# ---- doctor, bench, stubs ----------------------------------------------------------------------
+
+def cmd_doctor(args) -> int:
+    from .doctor import doctor
+    return doctor()
+
+
+def cmd_bench(args) -> int:
+    from .bench import bench
+    ex = _exercise(args.id)
+    return bench(ex, _target_file(ex, args), as_json=args.json, quick=args.quick)
+
+
+def cmd_stubs(args) -> int:
+    from .stubs import StubError, derive_stub
+    exes = [_exercise(i) for i in args.ids] if args.ids else list(catalogue.EXERCISES)
+    stale = 0
+    for ex in exes:
+        sol = paths.solution_file(ex.id)
+        if not sol.is_file():
+            continue
+        try:
+            stub = derive_stub(sol.read_text(), sol.name)
+        except StubError as e:
+            raise GraderError(str(e)) from None
+        dst = paths.exercise_file(ex.id)
+        current = dst.read_text() if dst.is_file() else None
+        if current == stub:
+            continue
+        stale += 1
+        if args.check:
+            print(f"{dst.relative_to(paths.course_root())} differs from its derivation from {sol.name}")
+        else:
+            dst.write_text(stub)
+            print(f"wrote {dst.relative_to(paths.course_root())}")
+    if args.check:
+        print("stubs are up to date" if not stale else f"{stale} stub(s) out of date: run `grader stubs`")
+        return 1 if stale else 0
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="grader", description="FlashAttention from scratch: check, hint, "
+                                "bench. Exercise ids may be given as 02_flash_forward, 02, 2 or flash_forward.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("list", help="the course in order, with your progress")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_list)
+
+    def target(s):
+        s.add_argument("id", help="exercise id, e.g. 02_flash_forward or 02")
+        g = s.add_mutually_exclusive_group()
+        g.add_argument("--solution", action="store_true", help="use solutions/ID.py")
+        g.add_argument("--file", help="use this file instead of exercises/ID.py")
+        s.add_argument("--json", action="store_true", help="print one JSON object")
+
+    s = sub.add_parser("check", help="run an exercise against the float64 reference")
+    target(s)
+    s.add_argument("--backend", choices=("auto", "gpu", "cpu"), default=None,
+                   help="where the kernel runs (default: $GRADER_BACKEND or auto)")
+    s.add_argument("--seed", type=int, help="replay the inputs of an earlier run")
+    s.add_argument("--case", action="append", help="run only this case (repeatable)")
+    s.add_argument("--timeout", type=float, help="seconds allowed per case")
+    s.set_defaults(func=cmd_check)
+
+    s = sub.add_parser("hint", help="the next hint, one at a time")
+    s.add_argument("id")
+    s.add_argument("n", nargs="?", type=int, help="show hint N again")
+    s.set_defaults(func=cmd_hint)
+
+    s = sub.add_parser("bench", help="time the kernel on the GPU against baselines")
+    target(s)
+    s.add_argument("--quick", action="store_true", help="fewer repetitions")
+    s.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("doctor", help="what this machine can do, and what to install")
+    s.set_defaults(func=cmd_doctor)
+
+    s = sub.add_parser("stubs", help="(instructors) derive exercises/ from solutions/")
+    s.add_argument("ids", nargs="*")
+    s.add_argument("--check", action="store_true", help="only report stubs that differ; exit 1 if any")
+    s.set_defaults(func=cmd_stubs)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return USAGE_ERROR if e.code else 0
+    try:
+        return args.func(args)
+    except GraderError as e:
+        return _err(str(e))
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,67 @@
+"""Comparing a kernel's output with the float64 reference, and naming the worst element."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Comparison:
+    name: str
+    rel_err: float
+    max_abs_err: float
+    worst_index: tuple | None
+    worst_got: float
+    worst_want: float
+    bad_nonfinite: np.ndarray          # True where the output is NaN/Inf but the reference is not
+    unwritten: np.ndarray              # True where the output is still NaN (the poison)
+    passed: bool
+    reason: str
+
+    def where(self) -> str:
+        if self.worst_index is None:
+            return ""
+        return f"{self.name}{list(self.worst_index)} = {self.worst_got:.6g}, expected {self.worst_want:.6g}"
+
+
+def compare(name: str, got, want, rel_tol: float, abs_tol: float) -> Comparison:
+    got = np.asarray(got)
+    want = np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape:
+        raise ValueError(f"output {name!r} has shape {got.shape}, expected {want.shape}")
+    g = got.astype(np.float64)
+    finite_ref = np.isfinite(want)
+    unwritten = np.isnan(g)
+    bad_nonfinite = finite_ref & ~np.isfinite(g)
+    # Where the reference itself is infinite (lse = -inf of a row with no key), demand the same.
+    inf_mismatch = ~finite_ref & (g != want)
+    diff = np.where(finite_ref & np.isfinite(g), np.abs(g - want), 0.0)
+    denom = np.linalg.norm(np.where(finite_ref, want, 0.0))
+    err_norm = np.linalg.norm(diff)
+    rel = float(err_norm / denom) if denom > 0 else float(err_norm)
+    if bad_nonfinite.any():
+        rel = float("inf")
+    max_abs = float(diff.max()) if diff.size else 0.0
+    if bad_nonfinite.any():
+        max_abs = float("inf")
+        idx = tuple(int(i) for i in np.argwhere(bad_nonfinite)[0])
+    elif inf_mismatch.any():
+        idx = tuple(int(i) for i in np.argwhere(inf_mismatch)[0])
+    elif diff.size:
+        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
+    else:
+        idx = None
+    worst_got = float(g[idx]) if idx is not None else 0.0
+    worst_want = float(want[idx]) if idx is not None else 0.0
+    reasons = []
+    if bad_nonfinite.any():
+        reasons.append(f"{int(bad_nonfinite.sum())} NaN/Inf values where the answer is finite")
+    if inf_mismatch.any():
+        reasons.append(f"{int(inf_mismatch.sum())} values should be -inf (rows that see no key) but are not")
+    if rel > rel_tol:
+        reasons.append(f"relative error {rel:.3g} > {rel_tol:g}")
+    if max_abs > abs_tol:
+        reasons.append(f"max abs error {max_abs:.3g} > {abs_tol:g}")
+    return Comparison(name, rel, max_abs, idx, worst_got, worst_want, bad_nonfinite, unwritten,
+                      not reasons, "; ".join(reasons))

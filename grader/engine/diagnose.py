@@ -1,0 +1,63 @@
+"""Likely causes, read from the shape of the error. Generic ones here; tasks add their own."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .compare import Comparison
+
+
+@dataclass
+class Context:
+    """Everything a diagnosis may look at for one failing case."""
+    exercise: object           # catalogue.Exercise
+    params: dict
+    inputs: dict               # NumPy inputs
+    ref: dict                  # float64 reference outputs
+    out: dict                  # NumPy outputs of the student's kernel
+    cmp: dict                  # name -> Comparison
+
+
+def _rows(mask: np.ndarray) -> np.ndarray:
+    """Collapse the last axis: which rows hold at least one flagged element."""
+    return mask.reshape(-1, mask.shape[-1]).any(axis=1) if mask.ndim >= 2 else mask
+
+
+def generic(ctx: Context) -> str | None:
+    for name, c in ctx.cmp.items():
+        got, want = np.asarray(ctx.out[name], np.float64), ctx.ref[name]
+        if c.bad_nonfinite.any() and got.ndim >= 2:
+            bad_rows = _rows(c.bad_nonfinite)
+            full_rows = _rows(c.bad_nonfinite & np.isnan(got)) & ~_rows(~np.isnan(got) & np.isfinite(want))
+            if full_rows.any() and full_rows.sum() == bad_rows.sum():
+                return (f"whole rows of {name} are NaN ({int(full_rows.sum())} of {bad_rows.size} rows). "
+                        "Typical cause: a row whose running max is still -INFINITY computes "
+                        "expf(-inf - -inf) = NaN, or 0/0 when l = 0. Guard the rescale and the final "
+                        "division for rows that have seen no key yet.")
+            if c.unwritten.any() and not c.unwritten.all():
+                first = tuple(int(i) for i in np.argwhere(c.unwritten)[0])
+                return (f"{int(c.unwritten.sum())} elements of {name} are NaN, first at {name}{list(first)}: "
+                        "either they were never written (is the grid large enough to cover every "
+                        "element?) or a computation produced NaN (expf(-inf - -inf), 0/0).")
+        if np.isfinite(got).all() and not np.any(got) and np.any(want):
+            return f"{name} is all zeros: the result is computed but never stored, or stored elsewhere."
+        if got.ndim >= 2 and np.isfinite(got).all() and name != "lse":
+            g2 = got.reshape(-1, got.shape[-1])
+            w2 = want.reshape(-1, want.shape[-1])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = g2 / w2
+            ok = np.abs(w2) > 1e-3 * np.abs(w2).max()
+            row_spread = []
+            row_mean = []
+            for r in range(g2.shape[0]):
+                vals = ratio[r][ok[r]]
+                if vals.size >= 2:
+                    row_mean.append(np.median(vals))
+                    row_spread.append(np.max(np.abs(vals - np.median(vals))) / max(abs(np.median(vals)), 1e-30))
+            if row_spread and np.median(row_spread) < 1e-3 and np.max(np.abs(np.array(row_mean) - 1)) > 1e-2:
+                return (f"each row of {name} is the right answer times a constant factor (the factor "
+                        f"differs per row, e.g. {row_mean[0]:.4g}). Typical cause: the final division "
+                        "by the softmax sum l is missing or wrong, or the accumulator was not rescaled "
+                        "by exp(m_old - m_new) when the running max grew.")
+    return None

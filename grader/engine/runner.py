@@ -1,0 +1,138 @@
+"""Run one case of one exercise in this process: inputs, launch, compare, explain."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..catalogue import Exercise
+from ..runtimes.base import CompileError, GraderError, KernelFault, LaunchError, register_origin
+from ..tasks import load_task
+from . import diagnose as dg
+from .compare import compare
+
+
+@dataclass
+class CaseResult:
+    name: str
+    passed: bool
+    rel_err: float | None = None
+    max_abs_err: float | None = None
+    message: str = ""
+    params: dict = field(default_factory=dict)
+    kind: str = "checked"      # checked | not_implemented | compile_error | error | crash | timeout | not_run
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        for key in ("rel_err", "max_abs_err"):
+            if d[key] is not None and not np.isfinite(d[key]):
+                d[key] = str(d[key])
+        return d
+
+
+def load_exercise_function(ex: Exercise, path: Path):
+    """Import the student's file and return its entry function."""
+    path = Path(path)
+    if not path.is_file():
+        raise GraderError(f"no such file: {path}")
+    register_origin(path)
+    spec = importlib.util.spec_from_file_location(f"exercise_{ex.name}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception:
+        tb = traceback.format_exc(limit=-3)
+        raise GraderError(f"{path.name} does not import:\n{tb}") from None
+    fn = getattr(module, ex.entry, None)
+    if not callable(fn):
+        raise GraderError(f"{path.name} must define a function {ex.entry}(rt, ...).")
+    return fn
+
+
+def case_rng(seed: int, case_name: str) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(case_name.encode())])
+
+
+def _student_frames(tb_text: str, path: Path) -> str:
+    lines = [ln for ln in tb_text.splitlines() if path.name in ln or not ln.startswith("  File")]
+    return "\n".join(lines[-6:])
+
+
+def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path) -> CaseResult:
+    task = load_task(ex)
+    res = CaseResult(case.name, False, params=dict(case.params))
+    rng = case_rng(seed, case.name)
+    inputs = task.make_inputs(case.params, rng)
+    device_inputs = {k: rt.asarray(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+    rt.poison_outputs = True
+    try:
+        outs = task.call(fn, rt, device_inputs, case.params)
+        rt.synchronize()
+    except CompileError as e:
+        res.kind, res.message = "compile_error", str(e)
+        return res
+    except (LaunchError, KernelFault) as e:
+        res.kind, res.message = "error", str(e)
+        return res
+    except NotImplementedError as e:
+        res.kind = "not_implemented"
+        res.message = f"not implemented yet: {e or 'fill in the TODOs'}"
+        return res
+    except GraderError as e:
+        res.kind, res.message = "error", str(e)
+        return res
+    except Exception as e:
+        res.kind = "error"
+        res.message = (f"your code raised {type(e).__name__}: {e}\n"
+                       + _student_frames(traceback.format_exc(), path))
+        return res
+    finally:
+        rt.poison_outputs = False
+
+    out = {k: rt.to_numpy(v) for k, v in outs.items()}
+    for k, v in inputs.items():
+        if isinstance(v, np.ndarray) and not np.array_equal(rt.to_numpy(device_inputs[k]), v, equal_nan=True):
+            res.message = (f"the kernel changed its input {k!r}. Inputs are read-only: write results "
+                           "only to the output arrays (and declare inputs const).")
+            return res
+
+    ref = task.reference(inputs, case.params)
+    if all(np.isnan(np.asarray(out[k], np.float64)).all() for k in ref if np.asarray(out[k]).size):
+        res.kind = "not_implemented"
+        todo = ex.todos[0] if ex.todos else "the first TODO"
+        res.message = (f"not implemented yet: no output element was written. Fill in TODO(1) "
+                       f"({todo}) and the TODOs after it in exercises/{ex.id}.py; "
+                       f"the lesson is modules/{ex.id}.md.")
+        return res
+
+    cmps = {}
+    for name, want in ref.items():
+        rel_tol, abs_tol = task.TOLERANCES[name]
+        try:
+            cmps[name] = compare(name, out[name], want, rel_tol, abs_tol)
+        except ValueError as e:
+            res.message = str(e)
+            return res
+    res.rel_err = max(c.rel_err for c in cmps.values())
+    res.max_abs_err = max(c.max_abs_err for c in cmps.values())
+    failing = [c for c in cmps.values() if not c.passed]
+    if not failing:
+        res.passed = True
+        return res
+    ctx = dg.Context(ex, case.params, inputs, ref, out, cmps)
+    cause = None
+    if hasattr(task, "diagnose"):
+        cause = task.diagnose(ctx)
+    cause = cause or dg.generic(ctx)
+    c = failing[0]
+    lines = [f"{c.name}: {c.reason}.", f"worst element: {c.where()}."]
+    lines += [f"{o.name}: {o.reason}." for o in failing[1:]]
+    if cause:
+        lines.append(f"likely cause: {cause}")
+    res.message = "\n".join(lines)
+    return res
