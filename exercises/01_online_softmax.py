@@ -12,7 +12,7 @@ KERNEL = r"""
 // seen: m its max, l = sum of exp(x - m) over it. The empty chunk is (-INFINITY, 0).
 __device__ void merge(float& m, float& l, float m2, float l2)
 {
-    // TODO(2): rescale both sums to the new max and add them; keep (-inf, 0) if both are empty
+    // TODO(1): rescale both sums to the new max and add them; keep (-inf, 0) if both are empty
 }
 
 extern "C" __global__ void online_softmax(const float* __restrict__ x, float* __restrict__ y,
@@ -25,7 +25,7 @@ extern "C" __global__ void online_softmax(const float* __restrict__ x, float* __
     float* y_row = y + (size_t)row * n;
 
     float m = -INFINITY, l = 0.0f;
-    // TODO(1): stream this lane's elements x_row[lane], x_row[lane + 32], ... into (m, l)
+    // TODO(2): stream this lane's elements x_row[lane], x_row[lane + 32], ... into (m, l)
 
     // TODO(3): combine the 32 lanes' states with __shfl_xor_sync so every lane holds the row's
 

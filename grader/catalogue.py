@@ -61,14 +61,15 @@ EXERCISES: tuple[Exercise, ...] = (
             "Write the softmax and its log-sum-exp: the ingredients of FlashAttention and split-KV.",
         ),
         todos=(
-            "per-thread pass: each lane streams its strided elements, updating (m, l) online",
             "merge: combine two (m, l) states without NaN when both are empty",
+            "per-lane pass: each lane streams its strided elements into (m, l), one merge per element",
             "warp reduction: combine the 32 lanes' states with __shfl_xor_sync",
             "second pass: write y = exp(x - m) / l and lse = m + log(l)",
         ),
         hints=(
-            "When a new x arrives: m_new = max(m, x); l = l·exp(m - m_new) + exp(x - m_new).",
-            "Start from the empty state m = -INFINITY, l = 0. exp(-inf - -inf) is NaN: guard the merge when m_new is -inf.",
+            "Merging (m2, l2) into (m, l): m_new = max(m, m2); l = l·exp(m - m_new) + l2·exp(m2 - m_new).",
+            "Start from the empty state m = -INFINITY, l = 0. exp(-inf - -inf) is NaN: return early when m_new is -inf.",
+            "A single element x is the state (x, 1): the per-lane pass is one merge per element.",
             "for (int offset = 16; offset > 0; offset /= 2) merge your state with __shfl_xor_sync(0xffffffff, m, offset) and the same for l.",
             "After the xor butterfly every lane holds the row's (m, l): no broadcast needed.",
         ),

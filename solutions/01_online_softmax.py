@@ -12,7 +12,7 @@ KERNEL = r"""
 // seen: m its max, l = sum of exp(x - m) over it. The empty chunk is (-INFINITY, 0).
 __device__ void merge(float& m, float& l, float m2, float l2)
 {
-    // BEGIN SOLUTION TODO(2): rescale both sums to the new max and add them; keep (-inf, 0) if both are empty
+    // BEGIN SOLUTION TODO(1): rescale both sums to the new max and add them; keep (-inf, 0) if both are empty
     float m_new = fmaxf(m, m2);
     if (m_new == -INFINITY) return;        // both empty: exp(-inf - -inf) would be NaN
     l = l * expf(m - m_new) + l2 * expf(m2 - m_new);
@@ -30,7 +30,7 @@ extern "C" __global__ void online_softmax(const float* __restrict__ x, float* __
     float* y_row = y + (size_t)row * n;
 
     float m = -INFINITY, l = 0.0f;
-    // BEGIN SOLUTION TODO(1): stream this lane's elements x_row[lane], x_row[lane + 32], ... into (m, l)
+    // BEGIN SOLUTION TODO(2): stream this lane's elements x_row[lane], x_row[lane + 32], ... into (m, l)
     for (int j = lane; j < n; j += 32)
         merge(m, l, x_row[j], 1.0f);                   // one element x is the state (x, 1)
     // END SOLUTION

@@ -1,0 +1,56 @@
+"""Every solution passes its check; every committed stub fails it with "not implemented yet"; every
+committed stub is exactly what the instructor command derives from its solution."""
+import json
+
+import pytest
+
+from grader import catalogue, paths
+from grader.engine.check import run_check
+from grader.stubs import derive_stub, todo_numbers
+
+AVAILABLE = [ex for ex in catalogue.EXERCISES if paths.solution_file(ex.id).is_file()]
+IDS = [ex.id for ex in AVAILABLE]
+BACKEND = "cpu"
+
+
+def test_the_core_course_is_in_order():
+    ids = [ex.id for ex in catalogue.EXERCISES]
+    assert ids[:5] == ["00_naive_attention", "01_online_softmax", "02_flash_forward",
+                       "03_flash_causal", "04_splitkv_decode"]
+    assert ids == sorted(ids)
+
+
+@pytest.mark.parametrize("ex", AVAILABLE, ids=IDS)
+def test_committed_stub_is_derived_from_solution(ex):
+    solution = paths.committed_text(paths.solution_file(ex.id))
+    stub = paths.committed_text(paths.exercise_file(ex.id))
+    assert stub == derive_stub(solution), (
+        f"exercises/{ex.id}.py is not the derivation of solutions/{ex.id}.py: run `grader stubs {ex.id}`")
+
+
+@pytest.mark.parametrize("ex", AVAILABLE, ids=IDS)
+def test_todos_match_catalogue(ex):
+    stub = paths.committed_text(paths.exercise_file(ex.id))
+    assert todo_numbers(stub) == list(range(1, len(ex.todos) + 1)), (
+        f"the TODO numbers in exercises/{ex.id}.py must be 1..{len(ex.todos)}, as in the catalogue")
+    for ex_file in (paths.lesson_file(ex.id), paths.notebook_file(ex.id)):
+        assert ex_file.is_file(), f"{ex_file} is missing"
+
+
+@pytest.mark.parametrize("ex", AVAILABLE, ids=IDS)
+def test_solution_passes(ex):
+    report = run_check(ex, paths.solution_file(ex.id), BACKEND, seed=1234)
+    failed = [c for c in report["cases"] if not c["passed"]]
+    assert report["passed"] and not failed, json.dumps(failed[:2], indent=1) + str(report["error"])
+
+
+@pytest.mark.parametrize("ex", AVAILABLE, ids=IDS)
+def test_stub_fails_with_not_implemented(ex, tmp_path):
+    stub = tmp_path / f"{ex.id}.py"
+    stub.write_text(paths.committed_text(paths.exercise_file(ex.id)))
+    report = run_check(ex, stub, BACKEND, seed=99)
+    assert not report["passed"]
+    assert report["cases"], report
+    for case in report["cases"]:
+        assert case["kind"] == "not_implemented", case
+        assert "not implemented yet" in case["message"]
