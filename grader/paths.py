@@ -42,8 +42,9 @@ def notebook_file(ex_id: str) -> Path:
 
 
 def state_dir() -> Path:
-    d = course_root() / ".grader"
-    d.mkdir(exist_ok=True)
+    """Progress and hints: .grader/ at the course root, or $GRADER_STATE_DIR."""
+    d = Path(os.environ["GRADER_STATE_DIR"]) if os.environ.get("GRADER_STATE_DIR") else course_root() / ".grader"
+    d.mkdir(parents=True, exist_ok=True)
     return d
 
 

@@ -1,0 +1,70 @@
+"""The grader's command line: the contract in DESIGN.md."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from grader import catalogue
+from grader.cli import main
+
+
+@pytest.fixture(autouse=True)
+def private_state(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADER_STATE_DIR", str(tmp_path / "state"))
+
+
+@pytest.mark.parametrize("name", ["02_flash_forward", "02", "2", "flash_forward"])
+def test_ids_resolve_in_every_spelling(name):
+    assert catalogue.resolve(name).id == "02_flash_forward"
+
+
+def test_list_shows_the_course_in_order(capsys):
+    assert main(["list", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    ids = [r["id"] for r in data["exercises"]]
+    assert ids[:5] == ["00_naive_attention", "01_online_softmax", "02_flash_forward",
+                       "03_flash_causal", "04_splitkv_decode"]
+    assert data["next"] == "00_naive_attention"
+    assert main(["list"]) == 0
+    text = capsys.readouterr().out
+    assert text.index("00_naive_attention") < text.index("04_splitkv_decode")
+    assert "→ 00_naive_attention" in text
+
+
+def test_hints_come_one_at_a_time_and_are_remembered(capsys):
+    ex = catalogue.resolve("01")
+    for n in range(1, len(ex.hints) + 1):
+        assert main(["hint", "01"]) == 0
+        assert f"Hint {n}/{len(ex.hints)}" in capsys.readouterr().out
+    assert main(["hint", "01"]) == 0
+    assert "All" in capsys.readouterr().out
+    assert main(["hint", "01", "2"]) == 0
+    assert ex.hints[1] in capsys.readouterr().out
+    assert main(["hint", "01", "99"]) == 2
+
+
+def test_usage_errors_exit_2_with_a_message(capsys, tmp_path):
+    assert main(["check", "99_nothing"]) == 2
+    assert "unknown exercise" in capsys.readouterr().err
+    assert main(["check", "00", "--file", str(tmp_path / "missing.py")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["check", "00", "--backend", "tpu"]) == 2
+    assert main(["frobnicate"]) == 2
+
+
+def test_console_entry_point_runs():
+    out = subprocess.run([sys.executable, "-m", "grader", "list"], capture_output=True, text=True)
+    assert out.returncode == 0 and "01_online_softmax" in out.stdout
+
+
+def test_stubs_check_reports_up_to_date(capsys):
+    assert main(["stubs", "--check"]) == 0
+    assert "up to date" in capsys.readouterr().out
+
+
+def test_doctor_names_the_runtime(capsys):
+    rc = main(["doctor"])
+    out = capsys.readouterr().out
+    assert "The grader will use the" in out and "Python" in out
+    assert rc in (0, 2)
