@@ -1,0 +1,54 @@
+"""On a real GPU (skipped elsewhere): the same verdicts as the CPU, and crashes contained."""
+import pytest
+
+from grader import catalogue, paths
+from grader.engine.check import run_check
+
+pytestmark = pytest.mark.gpu
+
+AVAILABLE = [ex for ex in catalogue.EXERCISES if paths.solution_file(ex.id).is_file()]
+
+
+@pytest.mark.parametrize("ex", AVAILABLE, ids=[e.id for e in AVAILABLE])
+def test_solution_passes_on_the_gpu(ex):
+    report = run_check(ex, paths.solution_file(ex.id), "gpu", seed=1234)
+    assert report["passed"], [c for c in report["cases"] if not c["passed"]][:2]
+
+
+OOB = '''
+KERNEL = r"""
+extern "C" __global__ void oob(float* o, int n) {
+    // writes far outside the array: an illegal address that poisons the CUDA context
+    o[(size_t)threadIdx.x * 1000000000ull + 987654321ull] = 1.0f;
+}
+"""
+
+def naive_attention(rt, q, k, v, scale):
+    o = rt.empty(q.shape, "float32")
+    lse = rt.empty(q.shape[:3], "float32")
+    rt.compile(KERNEL).get_function("oob")((1,), (32,), (o, rt.int32(1)))
+    return o, lse
+'''
+
+
+def test_an_illegal_address_is_a_failed_case_not_a_dead_grader(tmp_path):
+    path = tmp_path / "oob.py"
+    path.write_text(OOB)
+    ex = catalogue.resolve("00")
+    report = run_check(ex, path, "gpu", seed=1, cases=["one_query_one_key", "tiny", "primes"])
+    assert not report["passed"] and report["error"] is None
+    first = report["cases"][0]
+    assert first["kind"] == "crash", first
+    assert "not run" in report["cases"][1]["message"]
+    # ...and the grader still works afterwards, in a fresh child process:
+    again = run_check(ex, paths.solution_file(ex.id), "gpu", seed=1, cases=["tiny"])
+    assert again["passed"]
+
+
+def test_python_int_for_int_parameter_is_refused_on_the_gpu():
+    from grader.runtimes import get_runtime
+    from grader.runtimes.base import LaunchError
+    rt = get_runtime("gpu")
+    k = rt.compile('extern "C" __global__ void f(float* o, int n) { o[0] = n; }').get_function("f")
+    with pytest.raises(LaunchError, match=r"argument 2 \(int n\).*rt.int32"):
+        k((1,), (1,), (rt.empty((1,)), 3))
