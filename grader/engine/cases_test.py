@@ -29,8 +29,12 @@ def test_case(case):
     except GraderError as e:
         s.emit(event="fatal", message=str(e))
         pytest.exit(str(e), returncode=3)
+    except Exception as e:  # a broken installation, not the student's kernel
+        msg = f"the {s.cfg['backend']} runtime could not start: {type(e).__name__}: {e}"
+        s.emit(event="fatal", message=msg)
+        pytest.exit(msg, returncode=3)
     result = run_case(s.ex, case, fn, rt, s.seed, s.path)
-    if result.kind == "error" and any(tag in result.message for tag in _STICKY):
+    if result.kind == "error" and (any(tag in result.message for tag in _STICKY) or not rt.healthy()):
         result.kind = "crash"
         result.message = ("the kernel crashed on the GPU: " + result.message.splitlines()[0] +
                           "\nAn illegal memory access means an index ran outside an array: check the "

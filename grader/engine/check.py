@@ -86,7 +86,7 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
         log.seek(0)
         worker_log = log.read()
         log.close()
-    if running and running not in results:
+    if running and running not in results and fatal is None:
         results[running] = CaseResult(
             running, False, kind="crash",
             message=(f"the process running this case died (exit code {proc.returncode}): the kernel "

@@ -247,3 +247,7 @@ class Runtime:
 
     def synchronize(self) -> None:
         pass
+
+    def healthy(self) -> bool:
+        """False once a fault has left the device unusable (a GPU context after an illegal address)."""
+        return True

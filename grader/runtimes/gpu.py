@@ -114,3 +114,11 @@ class GpuRuntime(Runtime):
 
     def synchronize(self) -> None:
         self.xp.cuda.runtime.deviceSynchronize()
+
+    def healthy(self) -> bool:
+        try:
+            self.xp.cuda.runtime.deviceSynchronize()
+            self.xp.zeros(1).sum().item()
+            return True
+        except Exception:
+            return False
