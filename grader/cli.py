@@ -112,7 +112,18 @@ def print_report(report: dict, ex, rel_file: str, replay: str) -> None:
         print(f"\nFirst failure: {first_fail['name']} ({shape})")
         for line in first_fail["message"].splitlines():
             print(f"  {line}")
-        print(f"\nReplay exactly: {replay}")
+        shrunk = first_fail.get("shrunk")
+        if shrunk:
+            small = ", ".join(f"{k}={v}" for k, v in shrunk["params"].items())
+            print(f"\nSmallest failing shape found: {small}")
+            for line in shrunk["message"].splitlines():
+                print(f"  {line}")
+            print(f"  Replay it: {replay} --shape {shrunk['shape']}")
+        else:
+            print(f"\nReplay exactly: {replay}" + (f" --case {first_fail['name']}"
+                                                     if first_fail["name"] != "custom" else ""))
+        if first_fail.get("plot"):
+            print(f"Picture of the error: {first_fail['plot']}")
     print(f"\n{n_pass} passed, {n_fail} failed")
 
 
@@ -123,14 +134,25 @@ def cmd_check(args) -> int:
     path = _target_file(ex, args)
     backend = resolve_backend(args.backend)
     seed = args.seed if args.seed is not None else new_seed()
-    report = run_check(ex, path, backend, seed, case_timeout=args.timeout, cases=args.case or None)
+    from .engine.runner import format_shape, parse_shape
+    shape = parse_shape(args.shape) if args.shape else None
+    plot_tmp = None
+    if args.plot:
+        import tempfile
+        plot_tmp = tempfile.mkdtemp(prefix="grader-plot-")
+    report = run_check(ex, path, backend, seed, case_timeout=args.timeout, cases=args.case or None,
+                       shape=shape, shrink=not args.no_shrink, plot_dir=plot_tmp)
+    if plot_tmp:
+        _render_plots(report, ex)
     try:
         rel_file = str(path.relative_to(paths.course_root()))
     except ValueError:
         rel_file = str(path)
     which = "--solution " if args.solution else (f"--file {args.file} " if args.file else "")
     replay = f"grader check {ex.id} {which}--backend {backend} --seed {seed}"
-    if not args.solution and not args.file:
+    if shape:
+        replay += f" --shape {format_shape(shape)}"
+    if not args.solution and not args.file and not shape and not args.case:
         progress.record_check(report)
     if args.json:
         print(json.dumps(report, indent=1))
@@ -139,6 +161,53 @@ def cmd_check(args) -> int:
     if report.get("error"):
         return USAGE_ERROR
     return 0 if report["passed"] else 1
+
+
+def _render_plots(report: dict, ex) -> None:
+    from .plot import save_error_plot
+    for case in report["cases"]:
+        if case.get("plot"):
+            try:
+                png = paths.state_dir() / "plots" / f"{ex.id}-{case['name']}.png"
+                case["plot"] = str(save_error_plot(case["plot"], png, f"{ex.id} · {case['name']}"))
+            except ImportError:
+                case["plot"] = "not drawn: matplotlib is missing (pip install matplotlib)"
+
+
+def cmd_watch(args) -> int:
+    """Re-check on every save of the file (poll its modification time; no extra dependency)."""
+    import time
+    ex = _exercise(args.id)
+    path = _target_file(ex, args)
+    args.solution = False
+    args.seed = args.shape = args.case = None
+    args.json = args.plot = args.no_shrink = False
+    args.timeout = None
+    runs = 0
+
+    def stamp():
+        try:
+            st = path.stat()
+            return (st.st_mtime_ns, st.st_size)
+        except OSError:
+            return None
+    try:
+        while True:
+            seen = stamp()
+            print(f"\n{'=' * 30} {time.strftime('%H:%M:%S')} {'=' * 30}", flush=True)
+            try:
+                cmd_check(args)
+            except GraderError as e:
+                print(f"grader: {e}", flush=True)
+            runs += 1
+            if args.max_runs and runs >= args.max_runs:
+                return 0
+            print(f"\nwatching {path.name} — save it to re-check, Ctrl-C to stop", flush=True)
+            while stamp() == seen:
+                time.sleep(args.interval)
+            time.sleep(0.2)   # let the editor finish writing
+    except KeyboardInterrupt:
+        return 0
 
 
 # ---- hint --------------------------------------------------------------------------------------
@@ -227,8 +296,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the kernel runs (default: $GRADER_BACKEND or auto)")
     s.add_argument("--seed", type=int, help="replay the inputs of an earlier run")
     s.add_argument("--case", action="append", help="run only this case (repeatable)")
+    s.add_argument("--shape", help="run one case of this shape, e.g. B=1,H=2,Hkv=1,Nq=5,Nk=9,d=32")
     s.add_argument("--timeout", type=float, help="seconds allowed per case")
+    s.add_argument("--no-shrink", action="store_true", help="do not look for a smaller failing shape")
+    s.add_argument("--plot", action="store_true", help="save a PNG of the first failing case's error")
     s.set_defaults(func=cmd_check)
+
+    s = sub.add_parser("watch", help="re-check an exercise every time you save it")
+    s.add_argument("id")
+    s.add_argument("--file", help="watch this file instead of exercises/ID.py")
+    s.add_argument("--backend", choices=("auto", "gpu", "cpu"), default=None)
+    s.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
+    s.add_argument("--max-runs", type=int, default=0, help=argparse.SUPPRESS)
+    s.set_defaults(func=cmd_watch, solution=False)
 
     s = sub.add_parser("hint", help="the next hint, one at a time")
     s.add_argument("id")

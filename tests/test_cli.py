@@ -68,3 +68,43 @@ def test_doctor_names_the_runtime(capsys):
     out = capsys.readouterr().out
     assert "The grader will use the" in out and "Python" in out
     assert rc in (0, 2)
+
+
+def test_watch_rechecks_when_the_file_is_saved(tmp_path):
+    """Edit a file under a running `grader watch`: the stub's verdict, then the solution's."""
+    import os
+    import queue
+    import threading
+    import time
+
+    from grader import paths
+    attempt = tmp_path / "attempt.py"
+    attempt.write_text(paths.committed_text(paths.exercise_file("01_online_softmax")))
+    env = dict(os.environ, GRADER_STATE_DIR=str(tmp_path / "state"), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "grader", "watch", "01", "--file", str(attempt),
+                             "--backend", "cpu", "--interval", "0.1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines: "queue.Queue[str]" = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(l) for l in proc.stdout], daemon=True).start()
+
+    def wait_for(text, timeout=180):
+        seen = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=1)
+            except queue.Empty:
+                continue
+            seen.append(line)
+            if text in line:
+                return
+        raise AssertionError(f"{text!r} never appeared:\n{''.join(seen)[-3000:]}")
+    try:
+        wait_for("not implemented yet")
+        wait_for("watching attempt.py")
+        attempt.write_text(paths.committed_text(paths.solution_file("01_online_softmax")))
+        wait_for("passed, 0 failed")
+        wait_for("watching attempt.py")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

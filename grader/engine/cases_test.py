@@ -33,7 +33,8 @@ def test_case(case):
         msg = f"the {s.cfg['backend']} runtime could not start: {type(e).__name__}: {e}"
         s.emit(event="fatal", message=msg)
         pytest.exit(msg, returncode=3)
-    result = run_case(s.ex, case, fn, rt, s.seed, s.path)
+    keep = {}
+    result = run_case(s.ex, case, fn, rt, s.seed, s.path, keep=keep)
     if result.kind == "error" and (any(tag in result.message for tag in _STICKY) or not rt.healthy()):
         result.kind = "crash"
         result.message = ("the kernel crashed on the GPU: " + result.message.splitlines()[0] +
@@ -43,5 +44,26 @@ def test_case(case):
         s.stop_reason = "not run: an earlier case crashed the GPU context"
     elif result.kind == "compile_error":
         s.stop_reason = "not run: the kernel does not compile"
+    elif not result.passed and result.kind in ("checked", "error"):
+        s.failures_seen += 1
+        if s.failures_seen == 1:
+            _explore_first_failure(s, case, result, keep, fn, rt)
     s.emit(event="result", result=result.to_json())
     assert result.passed, result.message
+
+
+def _explore_first_failure(s, case, result, keep, fn, rt):
+    """For the first failing case only: save its arrays for --plot, and shrink it."""
+    if s.plot_dir and keep.get("ref"):
+        import os
+        import numpy as np
+        path = os.path.join(s.plot_dir, f"{s.ex.id}-{case.name}.npz")
+        np.savez(path, **{f"ref_{k}": v for k, v in keep["ref"].items()},
+                 **{f"out_{k}": np.asarray(v) for k, v in keep["out"].items()})
+        result.plot = path
+    if s.shrink and case.name != "custom":
+        from grader.engine.runner import format_shape, shrink
+        found = shrink(s.ex, case.params, fn, rt, s.seed, s.path)
+        if found:
+            params, r = found
+            result.shrunk = {"params": params, "message": r.message, "shape": format_shape(params)}

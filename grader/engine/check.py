@@ -35,17 +35,30 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: float | None = None,
-              cases: list[str] | None = None) -> dict:
+              cases: list[str] | None = None, shape: dict | None = None, shrink: bool = True,
+              plot_dir: str | None = None) -> dict:
     """Run every case of `ex` on the file at `path`; returns DESIGN.md's JSON report (plus extras)."""
     from ..tasks import load_task
-    all_cases = [c for c in load_task(ex).CASES if not cases or c.name in cases]
+    from ..tasks.common import Case
+    task = load_task(ex)
+    if shape:
+        base = task.CASES[0].params if task.CASES else {}
+        all_cases = [Case("custom", dict(base, **shape))]
+    else:
+        all_cases = [c for c in task.CASES if not cases or c.name in cases]
+        unknown = set(cases or ()) - {c.name for c in all_cases}
+        if unknown:
+            from ..runtimes.base import GraderError
+            raise GraderError(f"{ex.id} has no case named {', '.join(sorted(unknown))}. Its cases: "
+                              + ", ".join(c.name for c in task.CASES))
     case_timeout = case_timeout or DEFAULT_CASE_TIMEOUT.get(backend, 120.0)
     with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
         events = Path(tmp) / "events.jsonl"
         events.touch()
         cfg = Path(tmp) / "config.json"
         cfg.write_text(json.dumps({"exercise": ex.id, "file": str(path), "backend": backend,
-                                   "seed": seed, "events": str(events), "cases": cases}))
+                                   "seed": seed, "events": str(events), "cases": cases,
+                                   "shape": shape, "shrink": shrink, "plot_dir": plot_dir}))
         log = open(Path(tmp) / "worker.log", "w+")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         proc = subprocess.Popen([sys.executable, "-m", "grader.engine.worker", str(cfg)],

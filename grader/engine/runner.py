@@ -26,6 +26,8 @@ class CaseResult:
     message: str = ""
     params: dict = field(default_factory=dict)
     kind: str = "checked"      # checked | not_implemented | compile_error | error | crash | timeout | not_run
+    shrunk: dict | None = None  # the smallest shape found that still fails: {"params", "message"}
+    plot: str | None = None     # a PNG of the error, with --plot
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -63,7 +65,8 @@ def _student_frames(tb_text: str, path: Path) -> str:
     return "\n".join(lines[-6:])
 
 
-def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path) -> CaseResult:
+def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | None = None) -> CaseResult:
+    """Run one case. If `keep` is a dict, the inputs, reference and outputs are left in it."""
     task = load_task(ex)
     res = CaseResult(case.name, False, params=dict(case.params))
     rng = case_rng(seed, case.name)
@@ -102,6 +105,8 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path) -> CaseResult:
             return res
 
     ref = task.reference(inputs, case.params)
+    if keep is not None:
+        keep.update(inputs=inputs, ref=ref, out=out)
     if all(np.isnan(np.asarray(out[k], np.float64)).all() for k in ref if np.asarray(out[k]).size):
         res.kind = "not_implemented"
         todo = ex.todos[0] if ex.todos else "the first TODO"
@@ -136,3 +141,80 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path) -> CaseResult:
         lines.append(f"likely cause: {cause}")
     res.message = "\n".join(lines)
     return res
+
+
+# ---- shrinking: the smallest shape that still fails ------------------------------------------
+
+SHRINKABLE = ("B", "H", "Hkv", "Nq", "Nk", "R", "n", "ctx", "max_len", "page_size", "d")
+HEAD_DIMS = (32, 64, 96, 128)
+
+
+def shrink_candidates(params: dict, task) -> list[dict]:
+    """Smaller variants of `params`, one key changed at a time, most aggressive first."""
+    keys = getattr(task, "SHRINK_KEYS", SHRINKABLE)
+    out = []
+    for key in keys:
+        v = params.get(key)
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 1:
+            continue
+        if key == "d":
+            values = [h for h in HEAD_DIMS if h < v]
+        else:
+            values = sorted({1, v // 2, v - 1} - {v, 0})
+        for nv in values:
+            cand = dict(params, **{key: nv})
+            if "H" in cand and "Hkv" in cand and (cand["H"] % cand["Hkv"] or cand["Hkv"] > cand["H"]):
+                continue
+            valid = getattr(task, "valid", None)
+            if valid is not None and not valid(cand):
+                continue
+            out.append(cand)
+    return out
+
+
+def shrink(ex: Exercise, params: dict, fn, rt, seed: int, path: Path, max_tries=30, budget_s=15.0):
+    """Greedy: keep taking the first smaller shape that still fails, until none does.
+
+    Returns (params, result) of the smallest failing shape, or None when nothing smaller fails.
+    The shrunk case is named "custom", like a case given with --shape, so the replay is exact.
+    """
+    import time
+    from ..tasks.common import Case
+    task = load_task(ex)
+    best, best_result = None, None
+    current = dict(params)
+    tries, t0 = 0, time.monotonic()
+    improved = True
+    while improved and tries < max_tries and time.monotonic() - t0 < budget_s:
+        improved = False
+        for cand in shrink_candidates(current, task):
+            if tries >= max_tries or time.monotonic() - t0 >= budget_s:
+                break
+            tries += 1
+            r = run_case(ex, Case("custom", cand), fn, rt, seed, path)
+            if not r.passed and r.kind in ("checked", "error") and rt.healthy():
+                current, best, best_result, improved = cand, cand, r, True
+                break
+    return (best, best_result) if best is not None else None
+
+
+def parse_shape(text: str) -> dict:
+    """'B=1,H=2,Nq=3,logit=50.0' -> {'B': 1, 'H': 2, 'Nq': 3, 'logit': 50.0}."""
+    params = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        if "=" not in item:
+            raise GraderError(f"--shape wants key=value pairs separated by commas, got {item!r}")
+        key, value = (t.strip() for t in item.split("=", 1))
+        for conv in (int, float):
+            try:
+                params[key] = conv(value)
+                break
+            except ValueError:
+                pass
+        else:
+            params[key] = {"true": True, "false": False}.get(value.lower(), value)
+    return params
+
+
+def format_shape(params: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in params.items())

@@ -24,9 +24,17 @@ class Session:
         self.ex = resolve(cfg["exercise"])
         self.path = Path(cfg["file"])
         self.seed = int(cfg["seed"])
+        from ..tasks.common import Case
         task = load_task(self.ex)
-        wanted = cfg.get("cases")
-        self.cases = [c for c in task.CASES if not wanted or c.name in wanted]
+        if cfg.get("shape"):
+            base = task.CASES[0].params if task.CASES else {}
+            self.cases = [Case("custom", dict(base, **cfg["shape"]))]
+        else:
+            wanted = cfg.get("cases")
+            self.cases = [c for c in task.CASES if not wanted or c.name in wanted]
+        self.shrink = cfg.get("shrink", True)
+        self.plot_dir = cfg.get("plot_dir")
+        self.failures_seen = 0
         self.events = open(cfg["events"], "a", buffering=1)
         self._fn = self._rt = None
         self.stop_reason = None

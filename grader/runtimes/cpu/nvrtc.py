@@ -1,0 +1,125 @@
+"""NVRTC, the real CUDA compiler, used without a GPU to check a kernel before the emulator runs it.
+
+Optional: the pip wheels ``cuda-bindings`` and ``nvidia-cuda-nvrtc`` (``pip install -e '.[nvrtc]'``).
+Without them the emulator still runs, but the student sees the host compiler's messages, and code
+that only the emulator accepts could slip through.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from ..base import CompileError
+
+ARCH = "compute_90"  # an H100, the device the emulator imitates
+INSTALL_HINT = "pip install -e '.[nvrtc]'"
+
+
+@lru_cache(maxsize=1)
+def _load():
+    """(nvrtc module, (major, minor), None) or (None, None, reason)."""
+    try:
+        from cuda.bindings import nvrtc
+    except Exception as e:  # ImportError, or an old cuda-python layout
+        try:
+            from cuda import nvrtc  # cuda-python < 12.6
+        except Exception:
+            return None, None, f"{type(e).__name__}: {e}"
+    try:
+        err, major, minor = nvrtc.nvrtcVersion()
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            return None, None, f"nvrtcVersion failed: {err}"
+    except Exception as e:  # the bindings load, the NVRTC library itself does not
+        return None, None, f"{type(e).__name__}: {e}"
+    return nvrtc, (major, minor), None
+
+
+def available() -> bool:
+    return _load()[0] is not None
+
+
+def nvrtc_status() -> str:
+    """One line for ``grader doctor``: which NVRTC checks kernels, or how to get one."""
+    nvrtc, version, why = _load()
+    if nvrtc is None:
+        if why and ("No module named" in why or "cannot import" in why):
+            return f"not installed: {INSTALL_HINT}"
+        return f"not usable ({why}); reinstall with: {INSTALL_HINT}"
+    wheel = ""
+    try:
+        from importlib.metadata import version as dist_version
+        for dist in ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu12", "nvidia-cuda-nvrtc-cu13"):
+            try:
+                wheel = f" from {dist} {dist_version(dist)}"
+                break
+            except Exception:
+                continue
+    except Exception:
+        pass
+    return f"NVRTC {version[0]}.{version[1]}{wheel}"
+
+
+def _check(nvrtc, result, what):
+    err = result[0] if isinstance(result, tuple) else result
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise CompileError(f"NVRTC failed in {what}: {err}")
+    return result
+
+
+def _translate_options(options) -> list[str]:
+    """NVRTC takes CuPy's options as they are; only make sure the language level and arch are set."""
+    opts = [str(o) for o in options]
+    if not any(o.startswith(("-std", "--std")) for o in opts):
+        opts.insert(0, "-std=c++17")
+    if not any(o.startswith(("-arch", "--gpu-architecture")) for o in opts):
+        opts.insert(0, f"--gpu-architecture={ARCH}")
+    return opts
+
+
+def _stamp_path(cache: Path, code: str, opts, names) -> Path:
+    _, version, _ = _load()
+    key = json.dumps([code, opts, list(names or ()), version])
+    return cache / f"nvrtc-{hashlib.sha256(key.encode()).hexdigest()[:32]}.ok"
+
+
+def check(code: str, options=(), name_expressions=None, cache: Path | None = None,
+          filename: str = "kernel.cu") -> bool:
+    """Compile ``code`` with NVRTC and raise CompileError with its log if it fails.
+
+    Returns False (and does nothing) when NVRTC is not installed. A success is remembered in
+    ``cache`` so that the grader's child processes do not compile the same kernel again.
+    """
+    nvrtc, _, _ = _load()
+    if nvrtc is None:
+        return False
+    opts = _translate_options(options)
+    stamp = _stamp_path(cache, code, opts, name_expressions) if cache else None
+    if stamp is not None and stamp.exists():
+        return True
+    _, prog = _check(nvrtc, nvrtc.nvrtcCreateProgram(code.encode(), filename.encode(), 0, [], []),
+                     "nvrtcCreateProgram")
+    try:
+        for name in name_expressions or ():
+            _check(nvrtc, nvrtc.nvrtcAddNameExpression(prog, str(name).encode()),
+                   "nvrtcAddNameExpression")
+        err, = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+            log = b" " * size
+            nvrtc.nvrtcGetProgramLog(prog, log)
+            text = log.decode(errors="replace").rstrip("\x00").strip()
+            raise CompileError("the kernel did not compile (NVRTC):", text)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    if stamp is not None:
+        try:
+            stamp.parent.mkdir(parents=True, exist_ok=True)
+            tmp = stamp.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text("ok\n")
+            os.replace(tmp, stamp)
+        except OSError:
+            pass
+    return True
