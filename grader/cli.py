@@ -107,6 +107,7 @@ def print_report(report: dict, ex, rel_file: str, replay: str) -> None:
             first_fail = c
     n_pass = sum(c["passed"] for c in cases)
     n_fail = len(cases) - n_pass
+    print_resources(report.get("resources") or {})
     if first_fail:
         shape = ", ".join(f"{k}={v}" for k, v in first_fail["params"].items())
         print(f"\nFirst failure: {first_fail['name']} ({shape})")
@@ -125,6 +126,28 @@ def print_report(report: dict, ex, rel_file: str, replay: str) -> None:
         if first_fail.get("plot"):
             print(f"Picture of the error: {first_fail['plot']}")
     print(f"\n{n_pass} passed, {n_fail} failed")
+
+
+def print_resources(resources: dict) -> None:
+    """One line per kernel: registers, spills, shared memory; a warning where it costs speed."""
+    if not resources:
+        return
+    print("\nResources per kernel:")
+    for name, a in resources.items():
+        parts = []
+        if a.get("num_regs") is not None:
+            parts.append(f"{a['num_regs']} registers/thread")
+        if a.get("local_size_bytes") is not None:
+            parts.append(f"{a['local_size_bytes']} B local (spills)")
+        if a.get("shared_size_bytes") is not None:
+            parts.append(f"{a['shared_size_bytes']} B static shared")
+        if a.get("max_threads_per_block") is not None:
+            parts.append(f"max {a['max_threads_per_block']} threads/block")
+        print(f"  {name}: " + ", ".join(parts))
+        if a.get("local_size_bytes"):
+            print(f"    warning: {name} keeps {a['local_size_bytes']} bytes per thread in local memory "
+                  "(spilled registers or a per-thread array indexed at run time): that traffic goes to "
+                  "DRAM and slows the kernel. Use smaller per-thread arrays or constant indices.")
 
 
 def cmd_check(args) -> int:
@@ -300,6 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, help="seconds allowed per case")
     s.add_argument("--no-shrink", action="store_true", help="do not look for a smaller failing shape")
     s.add_argument("--plot", action="store_true", help="save a PNG of the first failing case's error")
+    s.add_argument("--sanitize", action="store_true",
+                   help="GPU: run the failing case under compute-sanitizer and explain its findings")
     s.set_defaults(func=cmd_check)
 
     s = sub.add_parser("watch", help="re-check an exercise every time you save it")

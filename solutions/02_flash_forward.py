@@ -144,8 +144,8 @@ flash_forward(const float* __restrict__ q, const float* __restrict__ k, const fl
             for (int n = 1; n < TN; ++n) m_tile = fmaxf(m_tile, s[r][n]);
             // The row's keys are spread over the COLS neighbouring lanes: butterfly over them.
             #pragma unroll
-            for (int offset = COLS / 2; offset > 0; offset /= 2)
-                m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, offset));
+            for (int stride = COLS / 2; stride > 0; stride /= 2)
+                m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, stride));
             const float m_new = fmaxf(m[r], m_tile);
             const float alpha = exp2f(m[r] - m_new);   // < 1 when the max grew; exp2(-inf) = 0 at the start
             m[r] = m_new;
@@ -189,8 +189,8 @@ flash_forward(const float* __restrict__ q, const float* __restrict__ k, const fl
     for (int r = 0; r < TM; ++r) {
         float l_row = l[r];
         #pragma unroll
-        for (int offset = COLS / 2; offset > 0; offset /= 2)
-            l_row += __shfl_xor_sync(0xffffffffu, l_row, offset);
+        for (int stride = COLS / 2; stride > 0; stride /= 2)
+            l_row += __shfl_xor_sync(0xffffffffu, l_row, stride);
         const int i = q_start + ty * TM + r;
         if (i < n_q) {
             const float inv_l = 1.0f / l_row;      // one division per row, not one per key

@@ -153,8 +153,8 @@ flash_causal(const float* __restrict__ q, const float* __restrict__ k, const flo
             for (int n = 1; n < TN; ++n) m_tile = fmaxf(m_tile, s[r][n]);
             // The row's keys are spread over the COLS neighbouring lanes: butterfly over them.
             #pragma unroll
-            for (int offset = COLS / 2; offset > 0; offset /= 2)
-                m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, offset));
+            for (int stride = COLS / 2; stride > 0; stride /= 2)
+                m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, stride));
             const float m_new = fmaxf(m[r], m_tile);
             // BEGIN SOLUTION TODO(3): a row that has seen no visible key yet has m_new = -inf: exponentiate against 0 instead
             const float m_use = m_new == -INFINITY ? 0.0f : m_new;   // exp2(-inf - -inf) would be NaN
@@ -201,8 +201,8 @@ flash_causal(const float* __restrict__ q, const float* __restrict__ k, const flo
     for (int r = 0; r < TM; ++r) {
         float l_row = l[r];
         #pragma unroll
-        for (int offset = COLS / 2; offset > 0; offset /= 2)
-            l_row += __shfl_xor_sync(0xffffffffu, l_row, offset);
+        for (int stride = COLS / 2; stride > 0; stride /= 2)
+            l_row += __shfl_xor_sync(0xffffffffu, l_row, stride);
         const int i = q_start + ty * TM + r;
         if (i < n_q) {
             const float inv_l = l_row > 0.0f ? 1.0f / l_row : 0.0f;   // l = 0: the row saw no key

@@ -49,6 +49,9 @@ def test_case(case):
         if s.failures_seen == 1:
             _explore_first_failure(s, case, result, keep, fn, rt)
     s.emit(event="result", result=result.to_json())
+    resources = getattr(rt, "resources", None)
+    if resources:
+        s.emit(event="resources", resources={k: dict(v) for k, v in resources.items()})
     assert result.passed, result.message
 
 

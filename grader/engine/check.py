@@ -65,6 +65,7 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
                                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         results: dict[str, CaseResult] = {}
         fatal = None
+        resources: dict = {}
         running, started_at = None, time.monotonic()
         seen = 0
         while True:
@@ -77,6 +78,8 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
                     r = ev["result"]
                     results[r["name"]] = CaseResult(**r)
                     running, started_at = None, time.monotonic()
+                elif ev["event"] == "resources":
+                    resources.update(ev["resources"])
                 elif ev["event"] == "fatal":
                     fatal = ev["message"]
             seen = len(lines)
@@ -119,4 +122,5 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
         "passed": fatal is None and all(r.passed for r in ordered),
         "error": fatal,
         "cases": [r.to_json() for r in ordered],
+        "resources": resources,
     }

@@ -218,6 +218,9 @@ class Runtime:
     max_shared_memory_per_block = 48 * 1024
     max_shared_memory_per_block_optin = 48 * 1024
     device_name = "?"
+    # kernel name -> {"num_regs", "local_size_bytes" (spills), "shared_size_bytes", ...}, filled as
+    # kernels launch, so the grader can report what each kernel costs.
+    resources: dict = {}
 
     def compile(self, source: str, options=(), name_expressions=None):
         raise NotImplementedError

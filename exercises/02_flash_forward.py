@@ -1,0 +1,116 @@
+"""02 · FlashAttention forward. Read modules/02_flash_forward.md, then fill in each TODO.
+
+One block per (query tile, head, batch). The block keeps its BLOCK_M query rows in shared memory and
+streams the keys and values through shared memory, BLOCK_N at a time, never writing the N×N scores:
+
+    for each key tile:     S    = Q Kᵀ (scale and log2(e) folded into Q)        [BLOCK_M, BLOCK_N]
+                           m'   = max(m, rowmax S)                              running max
+                           P    = exp2(S - m')                                  unnormalised probabilities
+                           l    = l · exp2(m - m') + rowsum P                   running sum
+                           acc  = acc · exp2(m - m') + P V                      unnormalised output
+    at the end:            o    = acc / l,   lse = (m + log2 l) · ln 2
+
+Each thread owns TM = 4 query rows: a 4 × TN micro-tile of S and a 4 × (D / COLS) micro-tile of the
+output, in registers. The COLS = 8 threads that share a group of rows are consecutive lanes of one
+warp, so a row's max and sum are combined with three shuffles.
+"""
+
+KERNEL = r"""
+// Tile sizes. Shared memory per block is 4·(D·BLOCK_M + 2·D·BLOCK_N + BLOCK_N·BLOCK_M) bytes: 112 KB
+// for D = 128, so two blocks fit on one H100 SM (228 KB).
+constexpr int BLOCK_M = 64;                  // query rows per block
+constexpr int BLOCK_N = 64;                  // keys per tile
+constexpr int TM = 4;                        // query rows per thread (one float4 of a column of Q)
+constexpr int COLS = 8;                      // threads that share a row: its keys and features are split 8 ways
+constexpr int TN = BLOCK_N / COLS;           // keys per thread in a tile of S
+constexpr int NTHREADS = (BLOCK_M / TM) * COLS;
+
+// Thread tx owns keys and features in float4 chunks interleaved across the 8 threads: element n of its
+// slice is column (n / 4) · 32 + tx · 4 + n % 4. Eight neighbouring lanes then read 32 consecutive
+// floats of shared memory: one conflict-free 128-byte access.
+__device__ __forceinline__ int slice_col(int n, int tx) { return (n / 4) * (COLS * 4) + tx * 4 + n % 4; }
+
+template <int D>
+__global__ void __launch_bounds__(NTHREADS)
+flash_forward(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+              float* __restrict__ o, float* __restrict__ lse,
+              int H, int H_kv, int n_q, int n_k, float scale)
+{
+    constexpr int TD = D / COLS;             // output features per thread
+    static_assert(D % (4 * COLS) == 0 && TN % 4 == 0, "slices are whole float4s");
+
+    // Shared memory: Q and K are stored transposed (column c of the tile is contiguous) so that a
+    // thread reads its 4 rows, or 4 of its keys, as one float4.
+    extern __shared__ float4 smem4[];
+    float* q_s = reinterpret_cast<float*>(smem4);  // [D][BLOCK_M]   Q tile, transposed, pre-scaled
+    float* k_s = q_s + D * BLOCK_M;                // [D][BLOCK_N]   K tile, transposed
+    float* v_s = k_s + D * BLOCK_N;                // [BLOCK_N][D]   V tile
+    float* p_s = v_s + BLOCK_N * D;                // [BLOCK_N][BLOCK_M]  P tile, transposed
+
+    const int tid = threadIdx.x;
+    const int tx = tid % COLS;               // which slice of the keys (and of the features)
+    const int ty = tid / COLS;               // which group of TM rows
+    const int q_start = blockIdx.x * BLOCK_M;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int h_kv = h / (H / H_kv);         // GQA: H / H_kv query heads share one kv head
+    const float* q_bh = q + (size_t)(b * H + h) * n_q * D;
+    const float* k_bh = k + (size_t)(b * H_kv + h_kv) * n_k * D;
+    const float* v_bh = v + (size_t)(b * H_kv + h_kv) * n_k * D;
+    const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+    // TODO(1): load this block's query tile into q_s (transposed, times scale · log2(e), zero past n_q)
+
+    // The online-softmax state of this thread's TM rows. m is the running max (log2 units), l the
+    // running sum of exp2(s - m) over this thread's keys only (the 8 partial sums are added at the end:
+    // all 8 threads use the same m, so their sums share one scale), acc the unnormalised output.
+    float m[TM], l[TM], acc[TM][TD];
+    #pragma unroll
+    for (int r = 0; r < TM; ++r) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        #pragma unroll
+        for (int e = 0; e < TD; ++e) acc[r][e] = 0.0f;
+    }
+
+    for (int kv_start = 0; kv_start < n_k; kv_start += BLOCK_N) {
+        // TODO(2): load the K tile (transposed) and the V tile into shared memory, zero past n_k
+
+        // TODO(3): s[r][n] = (this thread's row r of Q) · (its key n), -INFINITY for keys past n_k
+
+        // TODO(4): online softmax: new row max, rescale l and acc by exp2(m - m_new), P into p_s, acc += P V
+    }
+
+    // TODO(5): add up the row's 8 partial sums l, write o = acc / l and lse = (m + log2 l) · ln 2
+}
+"""
+
+BLOCK_M, BLOCK_N, TM, COLS = 64, 64, 4, 8      # keep in step with the constants at the top of KERNEL
+NTHREADS = (BLOCK_M // TM) * COLS
+HEAD_DIMS = (32, 64, 96, 128)
+
+
+def cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def shared_bytes(d):
+    """q_s, k_s, v_s and p_s, in bytes."""
+    return 4 * (d * BLOCK_M + d * BLOCK_N + BLOCK_N * d + BLOCK_N * BLOCK_M)
+
+
+def flash_forward(rt, q, k, v, scale):
+    """q [B, H, Nq, d]; k, v [B, Hkv, Nk, d]; float32 on rt's device -> (o [B, H, Nq, d], lse [B, H, Nq])."""
+    B, H, n_q, d = q.shape
+    H_kv, n_k = k.shape[1], k.shape[2]
+    if d not in HEAD_DIMS:
+        raise ValueError(f"head_dim {d} is not supported (choose one of {HEAD_DIMS})")
+    name = f"flash_forward<{d}>"                  # one compiled kernel per head_dim
+    kernel = rt.compile(KERNEL, name_expressions=[f"flash_forward<{x}>" for x in HEAD_DIMS]).get_function(name)
+    o = rt.empty((B, H, n_q, d), "float32")
+    lse = rt.empty((B, H, n_q), "float32")
+
+    # TODO(6): launch code: one block per (query tile, head, batch), NTHREADS threads, shared memory
+    grid, block, smem = (1, 1, 1), (1, 1, 1), 0
+    kernel(grid, block, (q, k, v, o, lse, rt.int32(H), rt.int32(H_kv), rt.int32(n_q), rt.int32(n_k),
+                         rt.float32(scale)), shared_mem=smem)
+    return o, lse

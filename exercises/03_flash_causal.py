@@ -1,0 +1,227 @@
+"""03 · Causal FlashAttention. Read modules/03_flash_causal.md, then fill in each TODO.
+
+The kernel of module 02 (given below; paste your own if you prefer it) plus a causal mask aligned
+bottom-right: query i sees key j iff j <= i + (Nk - Nq), with offset = Nk - Nq. With Nq <= Nk this
+is chunked prefill (the queries are the last Nq positions); with Nq > Nk the first Nq - Nk rows see
+no key at all and write o = 0, lse = -inf.
+
+Key tiles fall in three classes for a query tile [q_start, q_start + BLOCK_M):
+
+    fully visible   every key <= q_start + offset          no per-element test
+    diagonal        straddles the diagonal                 test j <= i + offset per element
+    skipped         every key > last row + offset          never loaded: about half of all tiles
+"""
+
+KERNEL = r"""
+// Tile sizes. Shared memory per block is 4·(D·BLOCK_M + 2·D·BLOCK_N + BLOCK_N·BLOCK_M) bytes: 112 KB
+// for D = 128, so two blocks fit on one H100 SM (228 KB).
+constexpr int BLOCK_M = 64;                  // query rows per block
+constexpr int BLOCK_N = 64;                  // keys per tile
+constexpr int TM = 4;                        // query rows per thread (one float4 of a column of Q)
+constexpr int COLS = 8;                      // threads that share a row: its keys and features are split 8 ways
+constexpr int TN = BLOCK_N / COLS;           // keys per thread in a tile of S
+constexpr int NTHREADS = (BLOCK_M / TM) * COLS;
+
+// Thread tx owns keys and features in float4 chunks interleaved across the 8 threads: element n of its
+// slice is column (n / 4) · 32 + tx · 4 + n % 4. Eight neighbouring lanes then read 32 consecutive
+// floats of shared memory: one conflict-free 128-byte access.
+__device__ __forceinline__ int slice_col(int n, int tx) { return (n / 4) * (COLS * 4) + tx * 4 + n % 4; }
+
+template <int D>
+__global__ void __launch_bounds__(NTHREADS)
+flash_causal(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+              float* __restrict__ o, float* __restrict__ lse,
+              int H, int H_kv, int n_q, int n_k, float scale)
+{
+    constexpr int TD = D / COLS;             // output features per thread
+    static_assert(D % (4 * COLS) == 0 && TN % 4 == 0, "slices are whole float4s");
+
+    // Shared memory: Q and K are stored transposed (column c of the tile is contiguous) so that a
+    // thread reads its 4 rows, or 4 of its keys, as one float4.
+    extern __shared__ float4 smem4[];
+    float* q_s = reinterpret_cast<float*>(smem4);  // [D][BLOCK_M]   Q tile, transposed, pre-scaled
+    float* k_s = q_s + D * BLOCK_M;                // [D][BLOCK_N]   K tile, transposed
+    float* v_s = k_s + D * BLOCK_N;                // [BLOCK_N][D]   V tile
+    float* p_s = v_s + BLOCK_N * D;                // [BLOCK_N][BLOCK_M]  P tile, transposed
+
+    const int tid = threadIdx.x;
+    const int tx = tid % COLS;               // which slice of the keys (and of the features)
+    const int ty = tid / COLS;               // which group of TM rows
+    // Query tiles near the end see the most keys: start those first, so the short ones fill the tail.
+    const int q_start = (gridDim.x - 1 - blockIdx.x) * BLOCK_M;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int h_kv = h / (H / H_kv);         // GQA: H / H_kv query heads share one kv head
+    const float* q_bh = q + (size_t)(b * H + h) * n_q * D;
+    const float* k_bh = k + (size_t)(b * H_kv + h_kv) * n_k * D;
+    const float* v_bh = v + (size_t)(b * H_kv + h_kv) * n_k * D;
+    const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const int offset = n_k - n_q;            // bottom-right alignment: query i sees keys j <= i + offset
+
+    // TODO(1): kv_end = one past the last key any row of this query tile can see (<= 0: none)
+    const int kv_end = n_k;
+
+    // Scores come out in log2 units, so the kernel can use exp2f (one instruction) instead of expf.
+    const float q_scale = scale * M_LOG2E_F;
+    for (int idx = tid; idx < BLOCK_M * D / 4; idx += NTHREADS) {
+        const int r = idx % BLOCK_M, c = (idx / BLOCK_M) * 4;   // neighbouring lanes: neighbouring rows
+        float4 x = zero4;
+        if (q_start + r < n_q) x = *reinterpret_cast<const float4*>(q_bh + (size_t)(q_start + r) * D + c);
+        q_s[(c + 0) * BLOCK_M + r] = x.x * q_scale;
+        q_s[(c + 1) * BLOCK_M + r] = x.y * q_scale;
+        q_s[(c + 2) * BLOCK_M + r] = x.z * q_scale;
+        q_s[(c + 3) * BLOCK_M + r] = x.w * q_scale;
+    }
+
+    // The online-softmax state of this thread's TM rows. m is the running max (log2 units), l the
+    // running sum of exp2(s - m) over this thread's keys only (the 8 partial sums are added at the end:
+    // all 8 threads use the same m, so their sums share one scale), acc the unnormalised output.
+    float m[TM], l[TM], acc[TM][TD];
+    #pragma unroll
+    for (int r = 0; r < TM; ++r) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        #pragma unroll
+        for (int e = 0; e < TD; ++e) acc[r][e] = 0.0f;
+    }
+
+    for (int kv_start = 0; kv_start < kv_end; kv_start += BLOCK_N) {   // tiles past kv_end are skipped
+        for (int idx = tid; idx < BLOCK_N * D / 4; idx += NTHREADS) {
+            const int j = idx % BLOCK_N, c = (idx / BLOCK_N) * 4;
+            float4 x = zero4;
+            if (kv_start + j < n_k) x = *reinterpret_cast<const float4*>(k_bh + (size_t)(kv_start + j) * D + c);
+            k_s[(c + 0) * BLOCK_N + j] = x.x;
+            k_s[(c + 1) * BLOCK_N + j] = x.y;
+            k_s[(c + 2) * BLOCK_N + j] = x.z;
+            k_s[(c + 3) * BLOCK_N + j] = x.w;
+        }
+        for (int idx = tid; idx < BLOCK_N * D / 4; idx += NTHREADS) {
+            const int j = idx / (D / 4), c = (idx % (D / 4)) * 4;  // neighbouring lanes: one row of V
+            // Zeros, not garbage, past n_k: P is 0 there, but 0 · NaN would still be NaN.
+            float4 x = zero4;
+            if (kv_start + j < n_k) x = *reinterpret_cast<const float4*>(v_bh + (size_t)(kv_start + j) * D + c);
+            *reinterpret_cast<float4*>(&v_s[j * D + c]) = x;
+        }
+        __syncthreads();                     // the whole tile is in shared memory before anyone reads it
+
+        float s[TM][TN];
+        #pragma unroll
+        for (int r = 0; r < TM; ++r)
+            #pragma unroll
+            for (int n = 0; n < TN; ++n) s[r][n] = 0.0f;
+        #pragma unroll 4
+        for (int c = 0; c < D; ++c) {
+            // A rank-1 update of the micro-tile: TM + TN loads from shared memory for TM · TN FMAs.
+            const float4 qc = *reinterpret_cast<const float4*>(&q_s[c * BLOCK_M + ty * TM]);
+            const float qr[TM] = {qc.x, qc.y, qc.z, qc.w};
+            float kn[TN];
+            #pragma unroll
+            for (int n = 0; n < TN; n += 4) {
+                const float4 kc = *reinterpret_cast<const float4*>(&k_s[c * BLOCK_N + slice_col(n, tx)]);
+                kn[n] = kc.x; kn[n + 1] = kc.y; kn[n + 2] = kc.z; kn[n + 3] = kc.w;
+            }
+            #pragma unroll
+            for (int r = 0; r < TM; ++r)
+                #pragma unroll
+                for (int n = 0; n < TN; ++n) s[r][n] += qr[r] * kn[n];
+        }
+        // TODO(2): diagonal = some key of this tile lies past the first row's last visible key
+        const bool diagonal = false;
+        if (diagonal || kv_start + BLOCK_N > n_k) {   // fully visible tiles skip the per-element test
+            #pragma unroll
+            for (int n = 0; n < TN; ++n) {
+                const int j = kv_start + slice_col(n, tx);
+                #pragma unroll
+                for (int r = 0; r < TM; ++r) {
+                    const int i = q_start + ty * TM + r;
+                    // TODO(2): mask keys past n_k and keys above the diagonal (j > i + offset)
+                    if (j >= n_k) s[r][n] = -INFINITY;
+                }
+            }
+        }
+
+        #pragma unroll
+        for (int r = 0; r < TM; ++r) {
+            float m_tile = s[r][0];
+            #pragma unroll
+            for (int n = 1; n < TN; ++n) m_tile = fmaxf(m_tile, s[r][n]);
+            // The row's keys are spread over the COLS neighbouring lanes: butterfly over them.
+            #pragma unroll
+            for (int offset = COLS / 2; offset > 0; offset /= 2)
+                m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, offset));
+            const float m_new = fmaxf(m[r], m_tile);
+            // TODO(3): a row that has seen no visible key yet has m_new = -inf: exponentiate against 0 instead
+            const float m_use = m_new;
+            const float alpha = exp2f(m[r] - m_use);   // < 1 when the max grew; exp2(-inf) = 0 at the start
+            m[r] = m_new;
+            l[r] *= alpha;
+            #pragma unroll
+            for (int e = 0; e < TD; ++e) acc[r][e] *= alpha;
+            #pragma unroll
+            for (int n = 0; n < TN; ++n) {
+                s[r][n] = exp2f(s[r][n] - m_use);      // s now holds P; masked keys give exactly 0
+                l[r] += s[r][n];
+            }
+        }
+        // Publish P (transposed) so that each thread can read the probabilities of its rows for every key.
+        #pragma unroll
+        for (int n = 0; n < TN; ++n)
+            *reinterpret_cast<float4*>(&p_s[slice_col(n, tx) * BLOCK_M + ty * TM]) =
+                make_float4(s[0][n], s[1][n], s[2][n], s[3][n]);
+        __syncthreads();                     // all of P is written before anyone reads it
+
+        #pragma unroll 4
+        for (int j = 0; j < BLOCK_N; ++j) {
+            const float4 pj = *reinterpret_cast<const float4*>(&p_s[j * BLOCK_M + ty * TM]);
+            const float pr[TM] = {pj.x, pj.y, pj.z, pj.w};
+            float vj[TD];
+            #pragma unroll
+            for (int e = 0; e < TD; e += 4) {
+                const float4 vc = *reinterpret_cast<const float4*>(&v_s[j * D + slice_col(e, tx)]);
+                vj[e] = vc.x; vj[e + 1] = vc.y; vj[e + 2] = vc.z; vj[e + 3] = vc.w;
+            }
+            #pragma unroll
+            for (int r = 0; r < TM; ++r)
+                #pragma unroll
+                for (int e = 0; e < TD; ++e) acc[r][e] += pr[r] * vj[e];
+        }
+        __syncthreads();                     // everyone is done with k_s, v_s, p_s before the next tile overwrites them
+    }
+
+    // TODO(3): write o = acc / l and lse; a row with no visible key (l = 0) writes o = 0 and lse = -INFINITY
+}
+"""
+
+BLOCK_M, BLOCK_N, TM, COLS = 64, 64, 4, 8      # keep in step with the constants at the top of KERNEL
+NTHREADS = (BLOCK_M // TM) * COLS
+HEAD_DIMS = (32, 64, 96, 128)
+
+
+def cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def shared_bytes(d):
+    """q_s, k_s, v_s and p_s, in bytes."""
+    return 4 * (d * BLOCK_M + d * BLOCK_N + BLOCK_N * d + BLOCK_N * BLOCK_M)
+
+
+def flash_causal(rt, q, k, v, scale):
+    """Causal attention, mask aligned bottom-right. q [B, H, Nq, d]; k, v [B, Hkv, Nk, d]; float32 on
+    rt's device -> (o [B, H, Nq, d], lse [B, H, Nq])."""
+    B, H, n_q, d = q.shape
+    H_kv, n_k = k.shape[1], k.shape[2]
+    if d not in HEAD_DIMS:
+        raise ValueError(f"head_dim {d} is not supported (choose one of {HEAD_DIMS})")
+    name = f"flash_causal<{d}>"                   # one compiled kernel per head_dim
+    kernel = rt.compile(KERNEL, name_expressions=[f"flash_causal<{x}>" for x in HEAD_DIMS]).get_function(name)
+    o = rt.empty((B, H, n_q, d), "float32")
+    lse = rt.empty((B, H, n_q), "float32")
+
+    grid = (cdiv(n_q, BLOCK_M), H, B)
+    block = (NTHREADS,)
+    smem = shared_bytes(d)
+    if smem > 48 * 1024:                          # past 48 KB a kernel must opt in
+        kernel.max_dynamic_shared_size_bytes = smem
+    kernel(grid, block, (q, k, v, o, lse, rt.int32(H), rt.int32(H_kv), rt.int32(n_q), rt.int32(n_k),
+                         rt.float32(scale)), shared_mem=smem)
+    return o, lse

@@ -1,0 +1,134 @@
+"""05 · Paged decode. Read modules/05_paged_decode.md, then fill in each TODO.
+
+Module 04's split-KV decode over a paged cache, as serving systems (vLLM, FlashInfer) store it:
+    q [B, H, d]; k_pages, v_pages [num_pages, page_size, Hkv, d]; block_table [B, max_pages] int32;
+    logical position j of sequence b lives in physical page block_table[b, j / page_size],
+    at slot j % page_size. Pages are scattered and shuffled; the last page of a sequence is partial.
+The partial and combine kernels are 04's; only where a key row lives changes (kv_offset).
+A context of length 0 outputs o = 0 and lse = -inf.
+"""
+import functools
+
+KERNEL = r"""
+#define WARPS 4            // warps per partial block; each warp walks its own keys of the split
+#define KEYS_PER_STEP 4    // keys a warp loads before it uses them: more bytes in flight per warp
+#define MAX_GROUP 8        // query heads per kv head (H / Hkv) that one block can serve
+#define MAX_D 128          // head dim: lane t owns features 4t .. 4t+3 (one float4)
+
+__device__ float warp_sum(float x)
+{
+    for (int offset = 16; offset > 0; offset /= 2)
+        x += __shfl_xor_sync(0xffffffffu, x, offset);
+    return x;                                          // every lane holds the sum
+}
+
+__device__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
+
+// Where key j of sequence b, kv head kv starts in a paged cache [num_pages, page_size, Hkv, d]:
+// the block table turns the logical page j / page_size into a physical one.
+__device__ size_t kv_offset(const int* __restrict__ block_table, int b, int kv, int j,
+                            int max_pages, int page_size, int n_kv_heads, int d)
+{
+    // TODO(1): physical page = block_table[b][j / page_size], slot = j % page_size, then the row of kv head kv
+    return 0;
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+paged_partial(const float* __restrict__ q, const float* __restrict__ k_pages,
+              const float* __restrict__ v_pages, const int* __restrict__ block_table,
+              const int* __restrict__ context_lens, float* __restrict__ o_part,
+              float* __restrict__ lse_part, int n_heads, int n_kv_heads, int max_pages,
+              int page_size, int d, int chunk, float scale_log2)
+{
+    int split = blockIdx.x, kv = blockIdx.y, b = blockIdx.z, n_splits = gridDim.x;
+    int group = n_heads / n_kv_heads;                 // query heads kv*group .. kv*group+group-1
+    int start = split * chunk;
+    int end = min(start + chunk, context_lens[b]);
+    if (start >= end) return;                          // past the context: the combine skips it
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    bool active = 4 * lane < d;                        // lanes past d/4 hold zeros
+
+    // Per query head of the group: q pre-multiplied by scale·log2(e), so that exp2f(s - m) is
+    // e^(score - max); and the online-softmax state (m, l) with the unnormalised output acc.
+    float4 qv[MAX_GROUP], acc[MAX_GROUP];
+    float m[MAX_GROUP], l[MAX_GROUP];
+    #pragma unroll
+    for (int g = 0; g < MAX_GROUP; ++g) {
+        qv[g] = acc[g] = make_float4(0.f, 0.f, 0.f, 0.f);
+        m[g] = -INFINITY;
+        l[g] = 0.f;
+        if (g < group && active) {
+            float4 x = reinterpret_cast<const float4*>(q + ((size_t)b * n_heads + kv * group + g) * d)[lane];
+            qv[g] = make_float4(x.x * scale_log2, x.y * scale_log2, x.z * scale_log2, x.w * scale_log2);
+        }
+    }
+
+    // TODO(2): as in 04, each warp streams keys j0 .. j0+KEYS_PER_STEP-1 of the split: load K and V rows, scores by warp_sum, online softmax for every head of the group
+
+    // TODO(3): as in 04, merge the WARPS states through shared memory, then write o_part = acc / l and lse_part = ln of the split's sum
+}
+
+// One warp per (head, sequence). The split lse values are merged like 01's online softmax, with
+// lse_s as the element; then o = Σ_s exp(lse_s - lse) o_s.
+extern "C" __global__ void paged_combine(const float* __restrict__ o_part,
+                                           const float* __restrict__ lse_part,
+                                           const int* __restrict__ context_lens,
+                                           float* __restrict__ o, float* __restrict__ lse,
+                                           int n_heads, int d, int n_splits, int chunk)
+{
+    int h = blockIdx.x, b = blockIdx.y, lane = threadIdx.x;
+    int used = (context_lens[b] + chunk - 1) / chunk;  // splits that held keys; the others wrote nothing
+    size_t row = (size_t)b * n_heads + h;
+    const float* lse_s = lse_part + row * n_splits;
+    const float4* o_s = reinterpret_cast<const float4*>(o_part + row * n_splits * d);
+
+    // TODO(4): as in 04, lse_max over the used splits, weights exp(lse_s - lse_max), write o and lse; no split (empty context) gives 0 and -inf
+}
+"""
+
+WARPS, MAX_GROUP, MAX_D = 4, 8, 128       # as in the kernel source
+MIN_CHUNK = 256                           # no split shorter than this many keys
+BLOCKS_PER_SM = 4                         # aim for this many partial blocks per SM
+LOG2E = 1.4426950408889634
+
+
+@functools.lru_cache(maxsize=None)
+def _kernels(rt):
+    mod = rt.compile(KERNEL)              # compiled once per runtime, not on every call
+    return mod.get_function("paged_partial"), mod.get_function("paged_combine")
+
+
+def choose_num_splits(rt, batch, n_kv_heads, max_len):
+    """How many splits of the cache: enough blocks to fill the GPU, none too short to pay off."""
+    # TODO(5): as in 04, with max_len = max_pages · page_size, the longest context the block table can hold
+    return 1
+
+
+def paged_decode(rt, q, k_pages, v_pages, block_table, context_lens, scale, num_splits=None):
+    """q [B, H, d]; k_pages, v_pages [num_pages, page_size, Hkv, d]; block_table [B, max_pages] int32;
+    context_lens [B] int32 -> (o [B, H, d], lse [B, H])."""
+    B, H, d = q.shape
+    _, page_size, Hkv, _ = k_pages.shape
+    max_pages = block_table.shape[1]
+    max_len = max_pages * page_size                    # the longest context the table can address
+    if H % Hkv or H // Hkv > MAX_GROUP:
+        raise ValueError(f"H={H} must be a multiple of Hkv={Hkv} with H/Hkv <= {MAX_GROUP}")
+    if d % 4 or d > MAX_D:
+        raise ValueError(f"head dim d={d} must be a multiple of 4 and at most {MAX_D} (one float4 per lane)")
+    partial, combine = _kernels(rt)
+    n_splits = num_splits or choose_num_splits(rt, B, Hkv, max_len)
+    chunk = max(1, -(-max_len // n_splits))            # keys per split
+    n_splits = max(1, -(-max_len // chunk))            # rounding may leave fewer splits
+
+    o_part = rt.empty((B, H, n_splits, d), "float32")  # workspace: each split's normalised output
+    lse_part = rt.empty((B, H, n_splits), "float32")   # ... and its log-sum-exp
+    o = rt.empty((B, H, d), "float32")
+    lse = rt.empty((B, H), "float32")
+    partial((n_splits, Hkv, B), (WARPS * 32,),
+            (q, k_pages, v_pages, block_table, context_lens, o_part, lse_part, rt.int32(H),
+             rt.int32(Hkv), rt.int32(max_pages), rt.int32(page_size), rt.int32(d), rt.int32(chunk),
+             rt.float32(scale * LOG2E)))
+    combine((H, B), (32,),
+            (o_part, lse_part, context_lens, o, lse, rt.int32(H), rt.int32(d), rt.int32(n_splits),
+             rt.int32(chunk)))
+    return o, lse

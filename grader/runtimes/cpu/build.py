@@ -1,0 +1,283 @@
+"""Build a kernel source into a shared library for the emulator, with the host C++ compiler.
+
+The source is the exact text both runtimes compile (base.full_source: prelude, a #line directive
+naming the student's file, the student's code), changed only where C++ cannot express a CUDA
+construct and always on the same line, so every compiler message and every fault names the
+student's line. Libraries are cached by a hash of everything that goes into them.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from ..base import CompileError, line_directive
+
+CSRC = Path(__file__).with_name("csrc")
+HEADER = CSRC / "cuda_emu.h"
+RUNTIME_SRC = CSRC / "emu_runtime.cpp"
+INCLUDE = CSRC / "include"
+
+# Never -ffast-math: it lets the compiler assume no infinities, and online softmax starts from
+# -INFINITY. -fno-math-errno only lets sqrtf become one instruction.
+BASE_FLAGS = ["-std=c++17", "-O2", "-g1", "-fPIC", "-fvisibility=hidden", "-fno-strict-aliasing",
+              "-fno-math-errno", "-fno-omit-frame-pointer", "-U_FORTIFY_SOURCE",
+              "-D_FORTIFY_SOURCE=0", "-w"]
+
+
+def cache_dir() -> Path:
+    """Where built libraries live: $GRADER_CACHE/cpu, else the user's cache folder."""
+    root = os.environ.get("GRADER_CACHE")
+    if root:
+        return Path(root).expanduser() / "cpu"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "flash-course" / "cpu"
+
+
+# ---------------------------------------------------------------------------------------------
+# The host compiler.
+
+@lru_cache(maxsize=1)
+def find_compiler() -> tuple[str, str] | None:
+    """(path, version line) of the host C++ compiler: $CXX, else g++, clang++ or c++ on PATH."""
+    candidates = [os.environ["CXX"]] if os.environ.get("CXX") else []
+    candidates += ["g++", "clang++", "c++"]
+    for c in candidates:
+        path = shutil.which(c)
+        if not path:
+            continue
+        try:
+            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out.returncode == 0:
+            return path, (out.stdout.splitlines() or ["?"])[0].strip()
+    return None
+
+
+def compiler_status() -> str:
+    found = find_compiler()
+    if not found:
+        return "not found: install g++ (Debian/Ubuntu: apt install g++) or clang++, or set CXX"
+    return f"{found[1]} ({found[0]})"
+
+
+def _compiler() -> tuple[str, str]:
+    found = find_compiler()
+    if not found:
+        raise CompileError(
+            "the CPU emulator needs a host C++ compiler and found none (looked for $CXX, g++, "
+            "clang++, c++). Install one: `sudo apt install g++` (Debian/Ubuntu), "
+            "`xcode-select --install` (macOS), or set CXX to its path.")
+    return found
+
+
+def _host_flags() -> list[str]:
+    flags = list(BASE_FLAGS)
+    if os.environ.get("GRADER_CPU_UCONTEXT"):
+        flags.append("-DCUDAEMU_UCONTEXT")
+    return flags
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the source came from, and what it may not use.
+
+def origin(source: str) -> tuple[str, int]:
+    """(file name, line number of the source's first line), as the #line directive says."""
+    m = re.match(r'#line (\d+) "(.*)"', line_directive(source))
+    return (m.group(2), int(m.group(1))) if m else ("kernel.cu", 1)
+
+
+def _blank(m: re.Match) -> str:
+    # Keep newlines (for line numbers) and the length; drop everything else.
+    return re.sub(r"[^\n]", " ", m.group(0))
+
+
+def strip_code(src: str) -> str:
+    """Comments and string/char literals blanked out, lines and offsets kept."""
+    pattern = r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\''
+    return re.sub(pattern, _blank, src, flags=re.S)
+
+
+_UNSUPPORTED = [
+    (r"\b(?:asm|__asm__|__asm)\b\s*(?:volatile\b|__volatile__\b)?\s*(?:goto\s*)?\(",
+     "inline PTX (`asm`)",
+     "Write the operation in CUDA C (the compiler emits the same instructions for ordinary "
+     "loads, stores and arithmetic)."),
+    (r"\b__pipeline_\w+|\bmemcpy_async\b|\bcuda::pipeline\b|\bcuda::barrier\b|\bcp\.async\b",
+     "asynchronous copies (cp.async, __pipeline_*, memcpy_async)",
+     "Load the tile with ordinary loads and stores followed by __syncthreads(); that is the "
+     "version this course asks for first."),
+    (r"\b__cluster_dims__\b|\bthis_cluster\s*\(|\bcluster_group\b|\bcluster\s*\.\s*sync\s*\(",
+     "thread-block clusters",
+     "Use one block per tile; clusters need a GPU."),
+    (r"\bthis_grid\s*\(|\bgrid_group\b|\bgrid\s*\.\s*sync\s*\(",
+     "grid-wide synchronisation (cooperative launch)",
+     "Split the work into two kernel launches: a launch boundary is a grid-wide barrier."),
+    (r"\btexture\s*<|\btex[123]D\w*\s*[<(]|\btex1Dfetch\b|\bcudaTextureObject_t\b|"
+     r"\bsurf[123]D\w*\s*[<(]|\bcudaSurfaceObject_t\b",
+     "textures and surfaces",
+     "Read the array through an ordinary pointer."),
+    (r"<<<", "dynamic parallelism (a kernel launching a kernel)",
+     "Launch every kernel from Python."),
+    (r"\bwmma\s*::|\bmma_sync\s*\(",
+     "tensor-core matrix operations (wmma)",
+     "Write the tile product as loops; run on a GPU to use tensor cores."),
+]
+
+
+def check_unsupported(source: str) -> None:
+    """Refuse, with the student's line, what the emulator cannot run."""
+    code = strip_code(source)
+    fname, first = origin(source)
+    for pattern, what, advice in _UNSUPPORTED:
+        m = re.search(pattern, code)
+        if m:
+            line = first + code.count("\n", 0, m.start())
+            raise CompileError(
+                f"{fname}:{line}: {what} is not supported by the CPU emulator. {advice} "
+                "(Or run on a GPU: --backend gpu.)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Source changes for the host compiler. Each keeps the text on the same lines.
+
+_EXTERN_SHARED = re.compile(
+    r"extern\s+__shared__\s+((?:__align__\s*\(\s*\w+\s*\)\s*|alignas\s*\(\s*\w+\s*\)\s*)*)"
+    r"([A-Za-z_][\w:<>\s,]*?[\w>])\s*"
+    r"((?:__align__\s*\(\s*\w+\s*\)\s*|alignas\s*\(\s*\w+\s*\)\s*)*)"
+    r"\b([A-Za-z_]\w*)\s*\[\s*\]\s*;")
+
+
+def _same_lines(original: str, replacement: str) -> str:
+    return replacement + "\n" * original.count("\n")
+
+
+def transform(source: str) -> str:
+    """The student's source as the host compiler needs it."""
+    code = strip_code(source)
+
+    # `extern __shared__ T name[];` is the launch's dynamic shared memory: a reference to the
+    # runtime's pointer, valid at file scope too (it binds once, and reads the current block's).
+    out, pos = [], 0
+    for m in _EXTERN_SHARED.finditer(code):
+        ctype = " ".join(m.group(2).split())
+        name = m.group(4)
+        repl = (f"{ctype}* const& {name} = "
+                f"*reinterpret_cast<{ctype}* const*>(&__cudaemu_dynamic_smem);")
+        out.append(source[pos:m.start()])
+        out.append(_same_lines(source[m.start():m.end()], repl))
+        pos = m.end()
+    out.append(source[pos:])
+    source = "".join(out)
+
+    # __shared__ already means static here, and a standard attribute may not follow it.
+    source = re.sub(r"\bstatic(\s+)__shared__\b", r"\1__shared__", source)
+    source = re.sub(r"\b__shared__(\s+)alignas\s*\(\s*(\w+)\s*\)",
+                    r"__shared__\1__attribute__((aligned(\2)))", source)
+    return source
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points.
+
+def _entry_code(exprs: list[str]) -> str:
+    lines = ['\n#line 1 "cudaemu-entry-points"']
+    for i, expr in enumerate(exprs):
+        e = f"decltype(__cudaemu::entry_of(&{expr}))"
+        vis = 'extern "C" __attribute__((visibility("default")))'
+        lines.append(f"{vis} void __cudaemu_entry_{i}(void** a) {{ {e}::invoke(&{expr}, a); }}")
+        lines.append(f"{vis} int __cudaemu_nparams_{i}() {{ return {e}::nparams(); }}")
+        lines.append(f"{vis} const char* __cudaemu_param_{i}(int k) {{ return {e}::param(k); }}")
+        lines.append(f"{vis} unsigned long __cudaemu_psize_{i}(int k) {{ return {e}::param_size(k); }}")
+    return "\n".join(lines) + "\n"
+
+
+def _defines(options) -> list[str]:
+    """The options that mean the same to the host compiler: macro definitions."""
+    out = []
+    for o in options:
+        o = str(o)
+        for pre in ("-D", "--define-macro=", "-U", "--undefine-macro="):
+            if o.startswith(pre) and len(o) > len(pre):
+                flag = "-U" if pre.startswith(("-U", "--undef")) else "-D"
+                out.append(flag + o[len(pre):])
+    return out
+
+
+@dataclass
+class Built:
+    path: Path
+    entries: dict[str, int]   # get_function name -> index of its __cudaemu_entry_<i>
+
+
+def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except OSError as e:
+        raise CompileError(f"could not run the host compiler for {what}: {e}") from None
+    except subprocess.TimeoutExpired:
+        raise CompileError(f"the host compiler took over 10 minutes on {what}") from None
+
+
+def _atomic_build(target: Path, cmd_for, what: str, failure) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
+        out = Path(tmp) / target.name
+        proc = _run(cmd_for(Path(tmp), out), what)
+        if proc.returncode != 0:
+            failure(proc.stderr + proc.stdout, Path(tmp))
+        os.replace(out, target)
+
+
+@lru_cache(maxsize=None)
+def _runtime_object() -> Path:
+    cxx, version = _compiler()
+    flags = _host_flags()
+    key = hashlib.sha256("\0".join([RUNTIME_SRC.read_text(), version, cxx, *flags]).encode())
+    target = cache_dir() / f"emu-runtime-{key.hexdigest()[:24]}.o"
+    if not target.exists():
+        def fail(log, _tmp):
+            raise CompileError("the CPU emulator's runtime did not compile (a bug in the "
+                               "emulator, or a compiler it does not know):", log)
+        _atomic_build(target, lambda tmp, out: [cxx, *flags, "-c", str(RUNTIME_SRC), "-o", str(out)],
+                      "the emulator runtime", fail)
+    return target
+
+
+def build(code: str, exprs: list[str], names: list[str], options=(), nvrtc_checked=False) -> Built:
+    """Compile ``code`` (already through base.full_source) with entry points for ``exprs``.
+
+    ``names[i]`` is what get_function will be asked for (a kernel name or a name expression).
+    """
+    cxx, version = _compiler()
+    rt_obj = _runtime_object()
+    flags = _host_flags() + _defines(options)
+    text = transform(code) + _entry_code(exprs)
+    key = hashlib.sha256("\0".join(
+        [text, HEADER.read_text(), RUNTIME_SRC.read_text(), version, cxx, *flags]).encode())
+    target = cache_dir() / f"kernel-{key.hexdigest()[:32]}.so"
+    if not target.exists():
+        def cmd(tmp: Path, out: Path):
+            src = tmp / "kernel.cpp"
+            src.write_text(text)
+            return [cxx, *flags, "-shared", "-I", str(INCLUDE), "-include", str(HEADER),
+                    str(src), str(rt_obj), "-o", str(out), "-lm"]
+
+        def fail(log, tmp):
+            log = log.replace(str(tmp) + os.sep, "")
+            if nvrtc_checked:
+                raise CompileError(
+                    "NVRTC accepts this kernel, but the CPU emulator cannot build it: it uses "
+                    "a CUDA feature the emulator does not provide. The host compiler said:", log)
+            raise CompileError(
+                "the kernel did not compile (host C++ compiler; install NVRTC for the CUDA "
+                "compiler's own messages: pip install -e '.[nvrtc]'):", log)
+        _atomic_build(target, cmd, "the kernel", fail)
+    return Built(target, {n: i for i, n in enumerate(names)})

@@ -1,0 +1,2 @@
+// Stand-in for NVIDIA's cuda_runtime.h: the CPU emulator's cuda_emu.h (always included) has what it offers.
+#pragma once

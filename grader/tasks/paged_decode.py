@@ -1,0 +1,150 @@
+"""Checks for 05_paged_decode: module 04's decode over a paged cache.
+
+Inputs: q [B, H, d]; k_pages, v_pages [num_pages, page_size, Hkv, d]; block_table [B, max_pages]
+int32 (physical page ids, shuffled unless shuffle=False; entries past a sequence's last page are -1);
+context_lens [B] int32. A few spare pages hold random data no sequence owns.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import references as R
+from ..bench import BenchCase
+from .common import F32_ABS, F32_REL, Case
+from .splitkv_decode import (_close, _row_errors, _solution, copy_baseline, decode_diagnose, decode_qkv,
+                             kv_bytes)
+
+C = Case
+CASES = [
+    C("contexts_0_1_2_5", dict(B=4, H=2, Hkv=2, d=64, lens=[0, 1, 2, 5])),
+    C("pages_in_order", dict(B=3, H=4, Hkv=2, d=64, lens=[40, 17, 0], shuffle=False)),
+    C("shuffled_partial_last_page", dict(B=3, H=4, Hkv=2, d=64, lens=[100, 33, 1])),
+    C("page_size_1", dict(B=2, H=4, Hkv=2, d=64, lens=[37, 10], page_size=1)),
+    C("page_size_8_gqa_4", dict(B=2, H=8, Hkv=2, d=64, lens=[61, 0], page_size=8)),
+    C("page_size_32_gqa_8_d128", dict(B=2, H=8, Hkv=1, d=128, lens=[97, 64], page_size=32)),
+    C("page_size_7_prime", dict(B=2, H=3, Hkv=1, d=64, lens=[53, 14], page_size=7)),
+    C("head_dim_32_page_size_4", dict(B=2, H=2, Hkv=1, d=32, lens=[50, 20], page_size=4)),
+    C("shared_prefix", dict(B=2, H=4, Hkv=2, d=64, lens=[80, 70], shared_prefix=3)),
+    C("spare_table_columns", dict(B=2, H=2, Hkv=2, d=64, lens=[30, 5], max_pages=6)),
+    C("many_splits", dict(B=2, H=4, Hkv=2, d=64, lens=[300, 45], num_splits=8)),
+    C("large_logits", dict(B=2, H=4, Hkv=2, d=64, lens=[200, 3], logit=50.0, num_splits=4)),
+    C("lse_near_120", dict(B=2, H=4, Hkv=2, d=64, lens=[150, 64], shift=120.0, num_splits=4)),
+    C("long_context", dict(B=1, H=8, Hkv=2, d=128, lens=[509])),
+]
+TOLERANCES = {"o": (F32_REL, F32_ABS), "lse": (F32_REL, F32_ABS)}
+
+
+def make_inputs(p, rng):
+    B, Hkv, ps = p["B"], p["Hkv"], p.get("page_size", 16)
+    lens = np.asarray(p.get("lens") or [p["context"]] * B, dtype=np.int32)
+    pages_of = [-(-int(n) // ps) for n in lens]            # ceil: the last page may be partial
+    max_pages = p.get("max_pages") or max(max(pages_of), 1)
+    shared = p.get("shared_prefix", 0)                     # sequence 1 reuses sequence 0's first pages
+    num_pages = sum(pages_of) - shared + p.get("spare_pages", 3)
+    ids = rng.permutation(num_pages) if p.get("shuffle", True) else np.arange(num_pages)
+    block_table = np.full((B, max_pages), -1, dtype=np.int32)
+    fresh = iter(ids)
+    for b in range(B):
+        for i in range(pages_of[b]):
+            block_table[b, i] = block_table[0, i] if (b == 1 and i < shared) else next(fresh)
+    q, k, v = decode_qkv(p, rng, (num_pages, ps, Hkv))
+    inputs = {"q": q, "k_pages": k, "v_pages": v, "block_table": block_table, "context_lens": lens,
+              "scale": float(1.0 / np.sqrt(p["d"]))}
+    if p.get("contiguous_copy"):                           # bench: the same data for module 04
+        inputs["k_cache"], inputs["v_cache"] = (_to_contiguous(x, block_table) for x in (k, v))
+    return inputs
+
+
+def _to_contiguous(pages, block_table):
+    """[num_pages, page_size, Hkv, d] through the table -> [B, Hkv, max_pages·page_size, d]."""
+    B, max_pages = block_table.shape
+    _, ps, Hkv, d = pages.shape
+    x = pages[np.maximum(block_table, 0)]                  # [B, max_pages, ps, Hkv, d]
+    return np.ascontiguousarray(x.transpose(0, 3, 1, 2, 4).reshape(B, Hkv, max_pages * ps, d))
+
+
+def reference(inputs, p):
+    o, lse = R.paged_decode_attention(inputs["q"], inputs["k_pages"], inputs["v_pages"],
+                                      inputs["block_table"], inputs["context_lens"], inputs["scale"])
+    return {"o": o, "lse": lse}
+
+
+def call(fn, rt, inputs, p):
+    kw = {"num_splits": p["num_splits"]} if p.get("num_splits") else {}
+    o, lse = fn(rt, inputs["q"], inputs["k_pages"], inputs["v_pages"], inputs["block_table"],
+                inputs["context_lens"], inputs["scale"], **kw)
+    return {"o": o, "lse": lse}
+
+
+# ---- diagnosis -------------------------------------------------------------------------------------
+
+def _gathered(ctx):
+    i = ctx.inputs
+    return (R.gather_pages(i["k_pages"], i["block_table"], i["context_lens"]),
+            R.gather_pages(i["v_pages"], i["block_table"], i["context_lens"]))
+
+
+def _matches(ctx, k_pages, v_pages, block_table) -> bool:
+    """Does the output equal attention over this (wrong) reading of the cache, on rows with keys?"""
+    i = ctx.inputs
+    if block_table.max(initial=0) >= k_pages.shape[0]:
+        return False
+    o, _ = R.paged_decode_attention(i["q"], k_pages, v_pages, block_table, i["context_lens"], i["scale"])
+    live = np.asarray(i["context_lens"]) > 0
+    return bool(live.any()) and _close(np.asarray(ctx.out["o"])[live], o[live])
+
+
+def diagnose(ctx):
+    i, p = ctx.inputs, ctx.params
+    kp, vp, bt, lens = i["k_pages"], i["v_pages"], np.asarray(i["block_table"]), np.asarray(i["context_lens"])
+    num_pages, ps, Hkv, d = kp.shape
+    B, max_pages = bt.shape
+    logical = np.tile(np.arange(max_pages, dtype=np.int32), (B, 1))
+    if _row_errors(ctx)[lens > 0].any() and not np.array_equal(bt[bt >= 0], logical[bt >= 0]):
+        for table, how in ((logical, "j / page_size"),
+                           (logical + max_pages * np.arange(B, dtype=np.int32)[:, None],
+                            "b · max_pages + j / page_size")):
+            if _matches(ctx, kp, vp, table):
+                return (f"the logical page index is used as the physical page: the kernel reads page "
+                        f"{how}, which is right only when the pages happen to lie in order. Look the page "
+                        "up: page = block_table[b · max_pages + j / page_size] (the pages of this case are "
+                        "shuffled).")
+        if Hkv > 1 and ps > 1:
+            swap = lambda x: np.ascontiguousarray(x.reshape(num_pages, Hkv, ps, d).transpose(0, 2, 1, 3))
+            if _matches(ctx, swap(kp), swap(vp), bt):
+                return ("page layout: the kernel reads a page as [Hkv, page_size, d], but it is "
+                        "[page_size, Hkv, d]: row (page, slot, kv) starts at "
+                        "((page · page_size + slot) · Hkv + kv) · d.")
+    cause = decode_diagnose(ctx, _gathered)
+    if cause:
+        return cause
+    if p.get("shuffle", True) and _row_errors(ctx)[lens > 0].any():
+        return ("the pages of this case are shuffled and scattered: if pages_in_order passes, check the "
+                "page lookup (page = block_table[b][j / page_size], slot = j % page_size) and that the "
+                "last, partial page stops at context_lens[b].")
+    return None
+
+
+# ---- benchmark -------------------------------------------------------------------------------------
+
+def _splitkv_baseline(rt, dev, p):
+    """Module 04's solution on the same keys and values, laid out contiguously."""
+    fn = _solution("04_splitkv_decode").splitkv_decode
+    return fn(rt, dev["q"], dev["k_cache"], dev["v_cache"], dev["context_lens"], dev["scale"])
+
+
+def _single_split_baseline(rt, dev, p):
+    return call(_solution("05_paged_decode").paged_decode, rt, dev, dict(p, num_splits=1))
+
+
+def _bench_case(name, **p):
+    return BenchCase(name, p, bytes=kv_bytes(p),
+                     baselines={"copy bandwidth": copy_baseline, "solution, 1 split": _single_split_baseline,
+                                "04 solution, same data": _splitkv_baseline})
+
+
+BENCH = [
+    _bench_case("batch 1, long context", B=1, H=32, Hkv=8, d=128, context=65536, page_size=16,
+                contiguous_copy=True),
+    _bench_case("batch 64", B=64, H=32, Hkv=8, d=128, context=2048, page_size=16, contiguous_copy=True),
+]
