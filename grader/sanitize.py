@@ -135,6 +135,8 @@ def _run_one(cfg_path: str) -> int:
     from .tasks.common import Case
     cfg = json.loads(Path(cfg_path).read_text())
     ex = resolve(cfg["exercise"])
+    import cupy
+    cupy.cuda.set_allocator(None)   # plain cudaMalloc per array, so memcheck knows each array's end
     rt = get_runtime("gpu")
     fn = load_exercise_function(ex, Path(cfg["file"]))
     r = run_case(ex, Case("custom", cfg["params"]), fn, rt, int(cfg["seed"]), Path(cfg["file"]))

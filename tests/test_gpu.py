@@ -52,3 +52,60 @@ def test_python_int_for_int_parameter_is_refused_on_the_gpu():
     k = rt.compile('extern "C" __global__ void f(float* o, int n) { o[0] = n; }').get_function("f")
     with pytest.raises(LaunchError, match=r"argument 2 \(int n\).*rt.int32"):
         k((1,), (1,), (rt.empty((1,)), 3))
+
+
+PAST_THE_END = '''
+KERNEL = r"""
+extern "C" __global__ void past_the_end(float* o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    o[i] = 0.0f;            // no bounds test: the last block writes past o's end
+}
+"""
+
+def naive_attention(rt, q, k, v, scale):
+    o = rt.empty(q.shape, "float32")
+    lse = rt.zeros(q.shape[:3], "float32")
+    n = o.size
+    rt.compile(KERNEL).get_function("past_the_end")(((n + 255) // 256,), (256,), (o, rt.int32(n)))
+    return o, lse
+'''
+
+RACY = '''
+KERNEL = r"""
+extern "C" __global__ void racy(const float* q, float* o, int n) {
+    __shared__ float tile[256];
+    int t = threadIdx.x;
+    tile[t] = t < n ? q[t] : 0.0f;
+    // missing __syncthreads(): thread t reads what thread 255 - t may not have written yet
+    if (t < n) o[t] = tile[255 - t];
+}
+"""
+
+def naive_attention(rt, q, k, v, scale):
+    o = rt.zeros(q.shape, "float32")
+    lse = rt.zeros(q.shape[:3], "float32")
+    rt.compile(KERNEL).get_function("racy")((1,), (256,), (q, o, rt.int32(min(q.size, 256))))
+    return o, lse
+'''
+
+
+def _sanitize(tmp_path, source, capsys):
+    from grader.cli import main
+    path = tmp_path / "attempt.py"
+    path.write_text(source)
+    rc = main(["check", "00", "--file", str(path), "--backend", "gpu", "--case", "primes",
+               "--no-shrink", "--sanitize"])
+    out = capsys.readouterr().out
+    print(out)
+    return rc, out
+
+
+def test_sanitize_names_an_out_of_bounds_write_and_its_line(tmp_path, capsys):
+    rc, out = _sanitize(tmp_path, PAST_THE_END, capsys)
+    assert rc == 1
+    assert "memcheck: found" in out and "out-of-bounds write" in out and "attempt.py:5" in out
+
+
+def test_sanitize_names_a_shared_memory_race(tmp_path, capsys):
+    rc, out = _sanitize(tmp_path, RACY, capsys)
+    assert "racecheck: found" in out and "__syncthreads()" in out and "attempt.py:" in out
