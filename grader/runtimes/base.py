@@ -219,8 +219,8 @@ class Runtime:
     max_shared_memory_per_block_optin = 48 * 1024
     device_name = "?"
     # kernel name -> {"num_regs", "local_size_bytes" (spills), "shared_size_bytes", ...}, filled as
-    # kernels launch, so the grader can report what each kernel costs.
-    resources: dict = {}
+    # kernels launch, so the grader can report what each kernel costs. Each runtime sets its own dict.
+    resources: dict | None = None
 
     def compile(self, source: str, options=(), name_expressions=None):
         raise NotImplementedError
