@@ -3,7 +3,7 @@
 One block per (query tile, head, batch). The block keeps its BLOCK_M query rows in shared memory and
 streams the keys and values through shared memory, BLOCK_N at a time, never writing the N×N scores:
 
-    for each key tile:     S    = Q Kᵀ (scale and log2(e) folded into Q)        [BLOCK_M, BLOCK_N]
+    for each key tile:     S    = Q Kᵀ · scale · log2(e)                         [BLOCK_M, BLOCK_N]
                            m'   = max(m, rowmax S)                              running max
                            P    = exp2(S - m')                                  unnormalised probabilities
                            l    = l · exp2(m - m') + rowsum P                   running sum
@@ -42,7 +42,7 @@ flash_forward(const float* __restrict__ q, const float* __restrict__ k, const fl
     // Shared memory: Q and K are stored transposed (column c of the tile is contiguous) so that a
     // thread reads its 4 rows, or 4 of its keys, as one float4.
     extern __shared__ float4 smem4[];
-    float* q_s = reinterpret_cast<float*>(smem4);  // [D][BLOCK_M]   Q tile, transposed, pre-scaled
+    float* q_s = reinterpret_cast<float*>(smem4);  // [D][BLOCK_M]   Q tile, transposed
     float* k_s = q_s + D * BLOCK_M;                // [D][BLOCK_N]   K tile, transposed
     float* v_s = k_s + D * BLOCK_N;                // [BLOCK_N][D]   V tile
     float* p_s = v_s + BLOCK_N * D;                // [BLOCK_N][BLOCK_M]  P tile, transposed
@@ -57,8 +57,10 @@ flash_forward(const float* __restrict__ q, const float* __restrict__ k, const fl
     const float* k_bh = k + (size_t)(b * H_kv + h_kv) * n_k * D;
     const float* v_bh = v + (size_t)(b * H_kv + h_kv) * n_k * D;
     const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    // Scores in log2 units: exp2f is one instruction, expf is exp2f(x · log2 e) plus range handling.
+    const float scale_log2 = scale * M_LOG2E_F;
 
-    // TODO(1): load this block's query tile into q_s (transposed, times scale · log2(e), zero past n_q)
+    // TODO(1): load this block's query tile into q_s (transposed, zero past n_q)
 
     // The online-softmax state of this thread's TM rows. m is the running max (log2 units), l the
     // running sum of exp2(s - m) over this thread's keys only (the 8 partial sums are added at the end:

@@ -11,9 +11,12 @@ import functools
 
 KERNEL = r"""
 #define WARPS 4            // warps per partial block; each warp walks its own keys of the split
-#define KEYS_PER_STEP 4    // keys a warp loads before it uses them: more bytes in flight per warp
-#define MAX_GROUP 8        // query heads per kv head (H / Hkv) that one block can serve
+#define KEYS_PER_STEP 8    // keys a warp loads before it uses them: more bytes in flight per warp
+#define MIN_BLOCKS 4       // blocks per SM the compiler must leave registers for
 #define MAX_D 128          // head dim: lane t owns features 4t .. 4t+3 (one float4)
+#ifndef GROUP
+#define GROUP 1            // query heads per kv head, H / Hkv: set by the launch code (-DGROUP=4),
+#endif                     // so that the per-head arrays below have a fixed size and stay in registers
 
 __device__ float warp_sum(float x)
 {
@@ -33,7 +36,7 @@ __device__ size_t kv_offset(const int* __restrict__ block_table, int b, int kv, 
     return 0;
 }
 
-extern "C" __global__ void __launch_bounds__(WARPS * 32)
+extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 paged_partial(const float* __restrict__ q, const float* __restrict__ k_pages,
               const float* __restrict__ v_pages, const int* __restrict__ block_table,
               const int* __restrict__ context_lens, float* __restrict__ o_part,
@@ -41,7 +44,6 @@ paged_partial(const float* __restrict__ q, const float* __restrict__ k_pages,
               int page_size, int d, int chunk, float scale_log2)
 {
     int split = blockIdx.x, kv = blockIdx.y, b = blockIdx.z, n_splits = gridDim.x;
-    int group = n_heads / n_kv_heads;                 // query heads kv*group .. kv*group+group-1
     int start = split * chunk;
     int end = min(start + chunk, context_lens[b]);
     if (start >= end) return;                          // past the context: the combine skips it
@@ -50,15 +52,16 @@ paged_partial(const float* __restrict__ q, const float* __restrict__ k_pages,
 
     // Per query head of the group: q pre-multiplied by scale·log2(e), so that exp2f(s - m) is
     // e^(score - max); and the online-softmax state (m, l) with the unnormalised output acc.
-    float4 qv[MAX_GROUP], acc[MAX_GROUP];
-    float m[MAX_GROUP], l[MAX_GROUP];
+    // The block serves query heads kv·GROUP .. kv·GROUP + GROUP-1, which all read kv head kv.
+    float4 qv[GROUP], acc[GROUP];
+    float m[GROUP], l[GROUP];
     #pragma unroll
-    for (int g = 0; g < MAX_GROUP; ++g) {
+    for (int g = 0; g < GROUP; ++g) {
         qv[g] = acc[g] = make_float4(0.f, 0.f, 0.f, 0.f);
         m[g] = -INFINITY;
         l[g] = 0.f;
-        if (g < group && active) {
-            float4 x = reinterpret_cast<const float4*>(q + ((size_t)b * n_heads + kv * group + g) * d)[lane];
+        if (active) {
+            float4 x = reinterpret_cast<const float4*>(q + ((size_t)b * n_heads + kv * GROUP + g) * d)[lane];
             qv[g] = make_float4(x.x * scale_log2, x.y * scale_log2, x.z * scale_log2, x.w * scale_log2);
         }
     }
@@ -86,21 +89,23 @@ extern "C" __global__ void paged_combine(const float* __restrict__ o_part,
 }
 """
 
-WARPS, MAX_GROUP, MAX_D = 4, 8, 128       # as in the kernel source
+WARPS, MAX_D = 4, 128                     # as in the kernel source
+MAX_GROUP = 16                            # H / Hkv: registers and shared memory grow with it
 MIN_CHUNK = 256                           # no split shorter than this many keys
 BLOCKS_PER_SM = 4                         # aim for this many partial blocks per SM
 LOG2E = 1.4426950408889634
 
 
 @functools.lru_cache(maxsize=None)
-def _kernels(rt):
-    mod = rt.compile(KERNEL)              # compiled once per runtime, not on every call
+def _kernels(rt, group):
+    # One build per group size (compiled once, not on every call): GROUP fixes the register arrays.
+    mod = rt.compile(KERNEL, options=(f"-DGROUP={group}",))
     return mod.get_function("paged_partial"), mod.get_function("paged_combine")
 
 
 def choose_num_splits(rt, batch, n_kv_heads, max_len):
     """How many splits of the cache: enough blocks to fill the GPU, none too short to pay off."""
-    # TODO(5): as in 04, with max_len = max_pages · page_size, the longest context the block table can hold
+    # TODO(5): as in 04 (max_len is now max_pages · page_size): blocks without splitting = batch · Hkv; split until about BLOCKS_PER_SM blocks per SM, but keep splits >= MIN_CHUNK keys
     return 1
 
 
@@ -115,7 +120,7 @@ def paged_decode(rt, q, k_pages, v_pages, block_table, context_lens, scale, num_
         raise ValueError(f"H={H} must be a multiple of Hkv={Hkv} with H/Hkv <= {MAX_GROUP}")
     if d % 4 or d > MAX_D:
         raise ValueError(f"head dim d={d} must be a multiple of 4 and at most {MAX_D} (one float4 per lane)")
-    partial, combine = _kernels(rt)
+    partial, combine = _kernels(rt, H // Hkv)
     n_splits = num_splits or choose_num_splits(rt, B, Hkv, max_len)
     chunk = max(1, -(-max_len // n_splits))            # keys per split
     n_splits = max(1, -(-max_len // chunk))            # rounding may leave fewer splits

@@ -44,11 +44,12 @@ extern "C" __global__ void online_softmax(const float* __restrict__ x, float* __
     // END SOLUTION
 
     // BEGIN SOLUTION TODO(4): write y_row[j] = exp(x_j - m) / l and lse[row] = m + log(l); a fully masked row writes 0 and -inf
-    float inv_l = l > 0.0f ? 1.0f / l : 0.0f;          // l = 0: every x was -inf
+    bool masked = (m == -INFINITY);                    // every x was -inf: nothing to normalise
+    float inv_l = 1.0f / l;
     for (int j = lane; j < n; j += 32)
-        y_row[j] = l > 0.0f ? expf(x_row[j] - m) * inv_l : 0.0f;
+        y_row[j] = masked ? 0.0f : expf(x_row[j] - m) * inv_l;
     if (lane == 0)
-        lse[row] = l > 0.0f ? m + logf(l) : -INFINITY;
+        lse[row] = masked ? -INFINITY : m + logf(l);
     // END SOLUTION
 }
 """

@@ -15,9 +15,12 @@ import functools
 
 KERNEL = r"""
 #define WARPS 4            // warps per partial block; each warp walks its own keys of the split
-#define KEYS_PER_STEP 4    // keys a warp loads before it uses them: more bytes in flight per warp
-#define MAX_GROUP 8        // query heads per kv head (H / Hkv) that one block can serve
+#define KEYS_PER_STEP 8    // keys a warp loads before it uses them: more bytes in flight per warp
+#define MIN_BLOCKS 4       // blocks per SM the compiler must leave registers for
 #define MAX_D 128          // head dim: lane t owns features 4t .. 4t+3 (one float4)
+#ifndef GROUP
+#define GROUP 1            // query heads per kv head, H / Hkv: set by the launch code (-DGROUP=4),
+#endif                     // so that the per-head arrays below have a fixed size and stay in registers
 
 __device__ float warp_sum(float x)
 {
@@ -34,14 +37,13 @@ __device__ size_t kv_offset(int b, int kv, int j, int n_kv_heads, int max_len, i
     return ((size_t)(b * n_kv_heads + kv) * max_len + j) * d;
 }
 
-extern "C" __global__ void __launch_bounds__(WARPS * 32)
+extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 splitkv_partial(const float* __restrict__ q, const float* __restrict__ k_cache,
                 const float* __restrict__ v_cache, const int* __restrict__ context_lens,
                 float* __restrict__ o_part, float* __restrict__ lse_part,
                 int n_heads, int n_kv_heads, int max_len, int d, int chunk, float scale_log2)
 {
     int split = blockIdx.x, kv = blockIdx.y, b = blockIdx.z, n_splits = gridDim.x;
-    int group = n_heads / n_kv_heads;                 // query heads kv*group .. kv*group+group-1
     int start = split * chunk;
     int end = min(start + chunk, context_lens[b]);
     if (start >= end) return;                          // past the context: the combine skips it
@@ -50,15 +52,16 @@ splitkv_partial(const float* __restrict__ q, const float* __restrict__ k_cache,
 
     // Per query head of the group: q pre-multiplied by scale·log2(e), so that exp2f(s - m) is
     // e^(score - max); and the online-softmax state (m, l) with the unnormalised output acc.
-    float4 qv[MAX_GROUP], acc[MAX_GROUP];
-    float m[MAX_GROUP], l[MAX_GROUP];
+    // The block serves query heads kv·GROUP .. kv·GROUP + GROUP-1, which all read kv head kv.
+    float4 qv[GROUP], acc[GROUP];
+    float m[GROUP], l[GROUP];
     #pragma unroll
-    for (int g = 0; g < MAX_GROUP; ++g) {
+    for (int g = 0; g < GROUP; ++g) {
         qv[g] = acc[g] = make_float4(0.f, 0.f, 0.f, 0.f);
         m[g] = -INFINITY;
         l[g] = 0.f;
-        if (g < group && active) {
-            float4 x = reinterpret_cast<const float4*>(q + ((size_t)b * n_heads + kv * group + g) * d)[lane];
+        if (active) {
+            float4 x = reinterpret_cast<const float4*>(q + ((size_t)b * n_heads + kv * GROUP + g) * d)[lane];
             qv[g] = make_float4(x.x * scale_log2, x.y * scale_log2, x.z * scale_log2, x.w * scale_log2);
         }
     }
@@ -66,7 +69,7 @@ splitkv_partial(const float* __restrict__ q, const float* __restrict__ k_cache,
     // BEGIN SOLUTION TODO(1): each warp streams keys j0 .. j0+KEYS_PER_STEP-1 of the split: load K and V rows, scores by warp_sum, online softmax for every head of the group
     for (int j0 = start + warp * KEYS_PER_STEP; j0 < end; j0 += WARPS * KEYS_PER_STEP) {
         // Issue all the loads first: KEYS_PER_STEP rows of K and V in flight at once. Each row is read
-        // here once, for all `group` query heads.
+        // here once, for all GROUP query heads.
         float4 kr[KEYS_PER_STEP], vr[KEYS_PER_STEP];
         #pragma unroll
         for (int u = 0; u < KEYS_PER_STEP; ++u) {
@@ -78,8 +81,7 @@ splitkv_partial(const float* __restrict__ q, const float* __restrict__ k_cache,
             }
         }
         #pragma unroll
-        for (int g = 0; g < MAX_GROUP; ++g) {
-            if (g >= group) break;
+        for (int g = 0; g < GROUP; ++g) {
             // The step is a tile of KEYS_PER_STEP keys: scores (log2 units), the tile max, one rescale.
             float s[KEYS_PER_STEP];
             float m_new = m[g];
@@ -104,15 +106,16 @@ splitkv_partial(const float* __restrict__ q, const float* __restrict__ k_cache,
     // END SOLUTION
 
     // BEGIN SOLUTION TODO(2): merge the WARPS states through shared memory, then write o_part = acc / l and lse_part = ln of the split's sum
-    __shared__ float m_s[WARPS][MAX_GROUP], l_s[WARPS][MAX_GROUP];
-    __shared__ float4 acc_s[WARPS][MAX_GROUP][MAX_D / 4];
-    for (int g = 0; g < group; ++g) {
+    __shared__ float m_s[WARPS][GROUP], l_s[WARPS][GROUP];
+    __shared__ float4 acc_s[WARPS][GROUP][MAX_D / 4];
+    #pragma unroll
+    for (int g = 0; g < GROUP; ++g) {
         if (lane == 0) { m_s[warp][g] = m[g]; l_s[warp][g] = l[g]; }
         acc_s[warp][g][lane] = acc[g];
     }
     __syncthreads();
     // One thread per (head, float4 of features); a warp that saw no key has l = 0 and is skipped.
-    for (int idx = threadIdx.x; idx < group * (d / 4); idx += blockDim.x) {
+    for (int idx = threadIdx.x; idx < GROUP * (d / 4); idx += blockDim.x) {
         int g = idx / (d / 4), c4 = idx % (d / 4);
         float m_blk = -INFINITY;
         for (int w = 0; w < WARPS; ++w) m_blk = fmaxf(m_blk, m_s[w][g]);
@@ -126,7 +129,7 @@ splitkv_partial(const float* __restrict__ q, const float* __restrict__ k_cache,
             o.x += a.x * wgt; o.y += a.y * wgt; o.z += a.z * wgt; o.w += a.w * wgt;
         }
         float inv_l = 1.f / l_blk;                     // l_blk > 0: the split holds at least one key
-        size_t row = ((size_t)b * n_heads + kv * group + g) * n_splits + split;
+        size_t row = ((size_t)b * n_heads + kv * GROUP + g) * n_splits + split;
         reinterpret_cast<float4*>(o_part + row * d)[c4] =
             make_float4(o.x * inv_l, o.y * inv_l, o.z * inv_l, o.w * inv_l);
         if (c4 == 0)
@@ -178,15 +181,17 @@ extern "C" __global__ void splitkv_combine(const float* __restrict__ o_part,
 }
 """
 
-WARPS, MAX_GROUP, MAX_D = 4, 8, 128       # as in the kernel source
+WARPS, MAX_D = 4, 128                     # as in the kernel source
+MAX_GROUP = 16                            # H / Hkv: registers and shared memory grow with it
 MIN_CHUNK = 256                           # no split shorter than this many keys
 BLOCKS_PER_SM = 4                         # aim for this many partial blocks per SM
 LOG2E = 1.4426950408889634
 
 
 @functools.lru_cache(maxsize=None)
-def _kernels(rt):
-    mod = rt.compile(KERNEL)              # compiled once per runtime, not on every call
+def _kernels(rt, group):
+    # One build per group size (compiled once, not on every call): GROUP fixes the register arrays.
+    mod = rt.compile(KERNEL, options=(f"-DGROUP={group}",))
     return mod.get_function("splitkv_partial"), mod.get_function("splitkv_combine")
 
 
@@ -209,7 +214,7 @@ def splitkv_decode(rt, q, k_cache, v_cache, context_lens, scale, num_splits=None
         raise ValueError(f"H={H} must be a multiple of Hkv={Hkv} with H/Hkv <= {MAX_GROUP}")
     if d % 4 or d > MAX_D:
         raise ValueError(f"head dim d={d} must be a multiple of 4 and at most {MAX_D} (one float4 per lane)")
-    partial, combine = _kernels(rt)
+    partial, combine = _kernels(rt, H // Hkv)
     n_splits = num_splits or choose_num_splits(rt, B, Hkv, max_len)
     chunk = max(1, -(-max_len // n_splits))            # keys per split
     n_splits = max(1, -(-max_len // chunk))            # rounding may leave fewer splits

@@ -11,9 +11,12 @@ import functools
 
 KERNEL = r"""
 #define WARPS 4            // warps per partial block; each warp walks its own keys of the split
-#define KEYS_PER_STEP 4    // keys a warp loads before it uses them: more bytes in flight per warp
-#define MAX_GROUP 8        // query heads per kv head (H / Hkv) that one block can serve
+#define KEYS_PER_STEP 8    // keys a warp loads before it uses them: more bytes in flight per warp
+#define MIN_BLOCKS 4       // blocks per SM the compiler must leave registers for
 #define MAX_D 128          // head dim: lane t owns features 4t .. 4t+3 (one float4)
+#ifndef GROUP
+#define GROUP 1            // query heads per kv head, H / Hkv: set by the launch code (-DGROUP=4),
+#endif                     // so that the per-head arrays below have a fixed size and stay in registers
 
 __device__ float warp_sum(float x)
 {
@@ -37,7 +40,7 @@ __device__ size_t kv_offset(const int* __restrict__ block_table, int b, int kv, 
     // END SOLUTION
 }
 
-extern "C" __global__ void __launch_bounds__(WARPS * 32)
+extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 paged_partial(const float* __restrict__ q, const float* __restrict__ k_pages,
               const float* __restrict__ v_pages, const int* __restrict__ block_table,
               const int* __restrict__ context_lens, float* __restrict__ o_part,
@@ -45,7 +48,6 @@ paged_partial(const float* __restrict__ q, const float* __restrict__ k_pages,
               int page_size, int d, int chunk, float scale_log2)
 {
     int split = blockIdx.x, kv = blockIdx.y, b = blockIdx.z, n_splits = gridDim.x;
-    int group = n_heads / n_kv_heads;                 // query heads kv*group .. kv*group+group-1
     int start = split * chunk;
     int end = min(start + chunk, context_lens[b]);
     if (start >= end) return;                          // past the context: the combine skips it
@@ -54,15 +56,16 @@ paged_partial(const float* __restrict__ q, const float* __restrict__ k_pages,
 
     // Per query head of the group: q pre-multiplied by scale·log2(e), so that exp2f(s - m) is
     // e^(score - max); and the online-softmax state (m, l) with the unnormalised output acc.
-    float4 qv[MAX_GROUP], acc[MAX_GROUP];
-    float m[MAX_GROUP], l[MAX_GROUP];
+    // The block serves query heads kv·GROUP .. kv·GROUP + GROUP-1, which all read kv head kv.
+    float4 qv[GROUP], acc[GROUP];
+    float m[GROUP], l[GROUP];
     #pragma unroll
-    for (int g = 0; g < MAX_GROUP; ++g) {
+    for (int g = 0; g < GROUP; ++g) {
         qv[g] = acc[g] = make_float4(0.f, 0.f, 0.f, 0.f);
         m[g] = -INFINITY;
         l[g] = 0.f;
-        if (g < group && active) {
-            float4 x = reinterpret_cast<const float4*>(q + ((size_t)b * n_heads + kv * group + g) * d)[lane];
+        if (active) {
+            float4 x = reinterpret_cast<const float4*>(q + ((size_t)b * n_heads + kv * GROUP + g) * d)[lane];
             qv[g] = make_float4(x.x * scale_log2, x.y * scale_log2, x.z * scale_log2, x.w * scale_log2);
         }
     }
@@ -70,7 +73,7 @@ paged_partial(const float* __restrict__ q, const float* __restrict__ k_pages,
     // BEGIN SOLUTION TODO(2): as in 04, each warp streams keys j0 .. j0+KEYS_PER_STEP-1 of the split: load K and V rows, scores by warp_sum, online softmax for every head of the group
     for (int j0 = start + warp * KEYS_PER_STEP; j0 < end; j0 += WARPS * KEYS_PER_STEP) {
         // Issue all the loads first: KEYS_PER_STEP rows of K and V in flight at once. Each row is read
-        // here once, for all `group` query heads.
+        // here once, for all GROUP query heads.
         float4 kr[KEYS_PER_STEP], vr[KEYS_PER_STEP];
         #pragma unroll
         for (int u = 0; u < KEYS_PER_STEP; ++u) {
@@ -82,8 +85,7 @@ paged_partial(const float* __restrict__ q, const float* __restrict__ k_pages,
             }
         }
         #pragma unroll
-        for (int g = 0; g < MAX_GROUP; ++g) {
-            if (g >= group) break;
+        for (int g = 0; g < GROUP; ++g) {
             // The step is a tile of KEYS_PER_STEP keys: scores (log2 units), the tile max, one rescale.
             float s[KEYS_PER_STEP];
             float m_new = m[g];
@@ -108,15 +110,16 @@ paged_partial(const float* __restrict__ q, const float* __restrict__ k_pages,
     // END SOLUTION
 
     // BEGIN SOLUTION TODO(3): as in 04, merge the WARPS states through shared memory, then write o_part = acc / l and lse_part = ln of the split's sum
-    __shared__ float m_s[WARPS][MAX_GROUP], l_s[WARPS][MAX_GROUP];
-    __shared__ float4 acc_s[WARPS][MAX_GROUP][MAX_D / 4];
-    for (int g = 0; g < group; ++g) {
+    __shared__ float m_s[WARPS][GROUP], l_s[WARPS][GROUP];
+    __shared__ float4 acc_s[WARPS][GROUP][MAX_D / 4];
+    #pragma unroll
+    for (int g = 0; g < GROUP; ++g) {
         if (lane == 0) { m_s[warp][g] = m[g]; l_s[warp][g] = l[g]; }
         acc_s[warp][g][lane] = acc[g];
     }
     __syncthreads();
     // One thread per (head, float4 of features); a warp that saw no key has l = 0 and is skipped.
-    for (int idx = threadIdx.x; idx < group * (d / 4); idx += blockDim.x) {
+    for (int idx = threadIdx.x; idx < GROUP * (d / 4); idx += blockDim.x) {
         int g = idx / (d / 4), c4 = idx % (d / 4);
         float m_blk = -INFINITY;
         for (int w = 0; w < WARPS; ++w) m_blk = fmaxf(m_blk, m_s[w][g]);
@@ -130,7 +133,7 @@ paged_partial(const float* __restrict__ q, const float* __restrict__ k_pages,
             o.x += a.x * wgt; o.y += a.y * wgt; o.z += a.z * wgt; o.w += a.w * wgt;
         }
         float inv_l = 1.f / l_blk;                     // l_blk > 0: the split holds at least one key
-        size_t row = ((size_t)b * n_heads + kv * group + g) * n_splits + split;
+        size_t row = ((size_t)b * n_heads + kv * GROUP + g) * n_splits + split;
         reinterpret_cast<float4*>(o_part + row * d)[c4] =
             make_float4(o.x * inv_l, o.y * inv_l, o.z * inv_l, o.w * inv_l);
         if (c4 == 0)
@@ -182,21 +185,23 @@ extern "C" __global__ void paged_combine(const float* __restrict__ o_part,
 }
 """
 
-WARPS, MAX_GROUP, MAX_D = 4, 8, 128       # as in the kernel source
+WARPS, MAX_D = 4, 128                     # as in the kernel source
+MAX_GROUP = 16                            # H / Hkv: registers and shared memory grow with it
 MIN_CHUNK = 256                           # no split shorter than this many keys
 BLOCKS_PER_SM = 4                         # aim for this many partial blocks per SM
 LOG2E = 1.4426950408889634
 
 
 @functools.lru_cache(maxsize=None)
-def _kernels(rt):
-    mod = rt.compile(KERNEL)              # compiled once per runtime, not on every call
+def _kernels(rt, group):
+    # One build per group size (compiled once, not on every call): GROUP fixes the register arrays.
+    mod = rt.compile(KERNEL, options=(f"-DGROUP={group}",))
     return mod.get_function("paged_partial"), mod.get_function("paged_combine")
 
 
 def choose_num_splits(rt, batch, n_kv_heads, max_len):
     """How many splits of the cache: enough blocks to fill the GPU, none too short to pay off."""
-    # BEGIN SOLUTION TODO(5): as in 04, with max_len = max_pages · page_size, the longest context the block table can hold
+    # BEGIN SOLUTION TODO(5): as in 04 (max_len is now max_pages · page_size): blocks without splitting = batch · Hkv; split until about BLOCKS_PER_SM blocks per SM, but keep splits >= MIN_CHUNK keys
     blocks = batch * n_kv_heads                        # one block per (sequence, kv head) if unsplit
     wanted = -(-BLOCKS_PER_SM * rt.multiprocessor_count // blocks)
     longest = -(-max_len // MIN_CHUNK)                 # more splits would be shorter than MIN_CHUNK
@@ -216,7 +221,7 @@ def paged_decode(rt, q, k_pages, v_pages, block_table, context_lens, scale, num_
         raise ValueError(f"H={H} must be a multiple of Hkv={Hkv} with H/Hkv <= {MAX_GROUP}")
     if d % 4 or d > MAX_D:
         raise ValueError(f"head dim d={d} must be a multiple of 4 and at most {MAX_D} (one float4 per lane)")
-    partial, combine = _kernels(rt)
+    partial, combine = _kernels(rt, H // Hkv)
     n_splits = num_splits or choose_num_splits(rt, B, Hkv, max_len)
     chunk = max(1, -(-max_len // n_splits))            # keys per split
     n_splits = max(1, -(-max_len // chunk))            # rounding may leave fewer splits

@@ -24,7 +24,24 @@ def _rows(mask: np.ndarray) -> np.ndarray:
     return mask.reshape(-1, mask.shape[-1]).any(axis=1) if mask.ndim >= 2 else mask
 
 
+def overflow(ctx: Context) -> str | None:
+    """+inf (or NaN) where the answer is finite, with large scores in play: expf overflowed."""
+    lse_ref = ctx.ref.get("lse")
+    big = lse_ref is not None and np.isfinite(lse_ref).any() and np.nanmax(np.where(np.isfinite(lse_ref), lse_ref, -np.inf)) > 80
+    for name, c in ctx.cmp.items():
+        got = np.asarray(ctx.out[name], np.float64)
+        if c.bad_nonfinite.any() and (np.isposinf(got[c.bad_nonfinite]).any() or big):
+            return (f"{name} holds inf/NaN where the answer is finite, and this case has large scores "
+                    "(the lse reaches " + (f"{np.nanmax(lse_ref[np.isfinite(lse_ref)]):.0f}" if big else "a large value") +
+                    "). expf(x) overflows to inf for x > 88.7, and inf/inf is NaN: subtract the "
+                    "running max before exponentiating (exp(x - m)), so every exponent is <= 0.")
+    return None
+
+
 def generic(ctx: Context) -> str | None:
+    cause = overflow(ctx)
+    if cause:
+        return cause
     for name, c in ctx.cmp.items():
         got, want = np.asarray(ctx.out[name], np.float64), ctx.ref[name]
         if c.bad_nonfinite.any() and got.ndim >= 2:

@@ -32,7 +32,7 @@ class CaseResult:
     def to_json(self) -> dict:
         d = asdict(self)
         for key in ("rel_err", "max_abs_err"):
-            if d[key] is not None and not np.isfinite(d[key]):
+            if isinstance(d[key], float) and not np.isfinite(d[key]):
                 d[key] = str(d[key])
         return d
 
@@ -110,9 +110,11 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     if all(np.isnan(np.asarray(out[k], np.float64)).all() for k in ref if np.asarray(out[k]).size):
         res.kind = "not_implemented"
         todo = ex.todos[0] if ex.todos else "the first TODO"
-        res.message = (f"not implemented yet: no output element was written. Fill in TODO(1) "
-                       f"({todo}) and the TODOs after it in exercises/{ex.id}.py; "
-                       f"the lesson is modules/{ex.id}.md.")
+        res.message = (f"not implemented yet: no output element was written (each still holds the "
+                       f"NaN the grader filled it with). Fill in TODO(1) ({todo}) and the TODOs "
+                       f"after it in exercises/{ex.id}.py; the lesson is modules/{ex.id}.md. "
+                       f"Filled them in already? Then check that your launch grid covers every "
+                       f"element and that the kernel really stores its results.")
         return res
 
     cmps = {}

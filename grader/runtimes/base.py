@@ -170,7 +170,8 @@ def check_args(kernel: str, params: list[Param] | None, args, is_array) -> None:
         want = _SCALARS.get(p.ctype.replace("*", "").strip())
         if want is None:
             continue  # a struct or a type we do not know: let it through
-        if isinstance(a, (bool, int, float)):
+        # np.float64 subclasses float: only a true Python scalar is the 8-byte surprise.
+        if isinstance(a, (bool, int, float)) and not isinstance(a, np.generic):
             raise LaunchError(
                 f"{where} got a Python {type(a).__name__}. CuPy sends a Python int as 8 bytes and a "
                 f"float as a double, so the kernel would read garbage. Wrap it: "

@@ -34,7 +34,7 @@ def make_inputs(p, rng):
         x[rng.random(x.shape) < p["masked"]] = -np.inf
         x[:, 0] = rng.standard_normal(p["R"])       # keep at least one visible entry per row
     if p.get("masked_rows"):
-        x[rng.choice(p["R"], p["masked_rows"], replace=False)] = -np.inf
+        x[rng.choice(p["R"], min(p["masked_rows"], p["R"]), replace=False)] = -np.inf
     return {"x": x.astype(np.float32)}
 
 

@@ -11,35 +11,35 @@ import numpy as np
 from .. import references as R
 from ..bench import BenchCase
 from .common import F32_ABS, F32_REL, Case
-from .splitkv_decode import (_close, _row_errors, _solution, copy_baseline, decode_diagnose, decode_qkv,
-                             kv_bytes)
+from .splitkv_decode import (SHRINK_KEYS, _close, _row_errors, _solution, context_lens, copy_baseline,  # noqa: F401
+                             decode_diagnose, decode_qkv, kv_bytes, valid)
 
 C = Case
 CASES = [
-    C("contexts_0_1_2_5", dict(B=4, H=2, Hkv=2, d=64, lens=[0, 1, 2, 5])),
-    C("pages_in_order", dict(B=3, H=4, Hkv=2, d=64, lens=[40, 17, 0], shuffle=False)),
-    C("shuffled_partial_last_page", dict(B=3, H=4, Hkv=2, d=64, lens=[100, 33, 1])),
-    C("page_size_1", dict(B=2, H=4, Hkv=2, d=64, lens=[37, 10], page_size=1)),
-    C("page_size_8_gqa_4", dict(B=2, H=8, Hkv=2, d=64, lens=[61, 0], page_size=8)),
-    C("page_size_32_gqa_8_d128", dict(B=2, H=8, Hkv=1, d=128, lens=[97, 64], page_size=32)),
-    C("page_size_7_prime", dict(B=2, H=3, Hkv=1, d=64, lens=[53, 14], page_size=7)),
-    C("head_dim_32_page_size_4", dict(B=2, H=2, Hkv=1, d=32, lens=[50, 20], page_size=4)),
-    C("shared_prefix", dict(B=2, H=4, Hkv=2, d=64, lens=[80, 70], shared_prefix=3)),
-    C("spare_table_columns", dict(B=2, H=2, Hkv=2, d=64, lens=[30, 5], max_pages=6)),
-    C("many_splits", dict(B=2, H=4, Hkv=2, d=64, lens=[300, 45], num_splits=8)),
-    C("large_logits", dict(B=2, H=4, Hkv=2, d=64, lens=[200, 3], logit=50.0, num_splits=4)),
-    C("lse_near_120", dict(B=2, H=4, Hkv=2, d=64, lens=[150, 64], shift=120.0, num_splits=4)),
-    C("long_context", dict(B=1, H=8, Hkv=2, d=128, lens=[509])),
+    C("contexts_0_1_2_5", dict(B=4, H=2, Hkv=2, d=64, lens="0/1/2/5")),
+    C("pages_in_order", dict(B=3, H=4, Hkv=2, d=64, lens="40/17/0", shuffle=False)),
+    C("shuffled_partial_last_page", dict(B=3, H=4, Hkv=2, d=64, lens="100/33/1")),
+    C("page_size_1", dict(B=2, H=4, Hkv=2, d=64, lens="37/10", page_size=1)),
+    C("page_size_8_gqa_4", dict(B=2, H=8, Hkv=2, d=64, lens="61/0", page_size=8)),
+    C("page_size_32_gqa_8_d128", dict(B=2, H=8, Hkv=1, d=128, lens="97/64", page_size=32)),
+    C("page_size_7_prime", dict(B=2, H=3, Hkv=1, d=64, lens="53/14", page_size=7)),
+    C("head_dim_32_page_size_4", dict(B=2, H=2, Hkv=1, d=32, lens="50/20", page_size=4)),
+    C("shared_prefix", dict(B=2, H=4, Hkv=2, d=64, lens="80/70", shared_prefix=3)),
+    C("spare_table_columns", dict(B=2, H=2, Hkv=2, d=64, lens="30/5", max_pages=6)),
+    C("many_splits", dict(B=2, H=4, Hkv=2, d=64, lens="300/45", num_splits=8)),
+    C("large_logits", dict(B=2, H=4, Hkv=2, d=64, lens="200/3", logit=50.0, num_splits=4)),
+    C("lse_near_120", dict(B=2, H=4, Hkv=2, d=64, lens="150/64", shift=120.0, num_splits=4)),
+    C("long_context", dict(B=1, H=8, Hkv=2, d=128, lens="509")),
 ]
 TOLERANCES = {"o": (F32_REL, F32_ABS), "lse": (F32_REL, F32_ABS)}
 
 
 def make_inputs(p, rng):
     B, Hkv, ps = p["B"], p["Hkv"], p.get("page_size", 16)
-    lens = np.asarray(p.get("lens") or [p["context"]] * B, dtype=np.int32)
+    lens = context_lens(p)
     pages_of = [-(-int(n) // ps) for n in lens]            # ceil: the last page may be partial
-    max_pages = p.get("max_pages") or max(max(pages_of), 1)
-    shared = p.get("shared_prefix", 0)                     # sequence 1 reuses sequence 0's first pages
+    max_pages = max(p.get("max_pages", 0), *pages_of, 1)   # the table may have spare columns
+    shared = p.get("shared_prefix", 0) if B > 1 else 0     # sequence 1 reuses sequence 0's first pages
     num_pages = sum(pages_of) - shared + p.get("spare_pages", 3)
     ids = rng.permutation(num_pages) if p.get("shuffle", True) else np.arange(num_pages)
     block_table = np.full((B, max_pages), -1, dtype=np.int32)
@@ -144,7 +144,7 @@ def _bench_case(name, **p):
 
 
 BENCH = [
-    _bench_case("batch 1, long context", B=1, H=32, Hkv=8, d=128, context=65536, page_size=16,
+    _bench_case("batch 1, long context", B=1, H=32, Hkv=8, d=128, ctx=65536, page_size=16,
                 contiguous_copy=True),
-    _bench_case("batch 64", B=64, H=32, Hkv=8, d=128, context=2048, page_size=16, contiguous_copy=True),
+    _bench_case("batch 64", B=64, H=32, Hkv=8, d=128, ctx=2048, page_size=16, contiguous_copy=True),
 ]

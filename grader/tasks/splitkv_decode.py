@@ -3,6 +3,9 @@
 Inputs: q [B, H, d], k_cache and v_cache [B, Hkv, max_len, d], context_lens [B] int32 (0 and 1
 included). Cases with `num_splits` force the launch code's split count, so the combine is exercised
 on the CPU too, where the heuristic would pick few splits.
+
+Parameters are scalars, so a shape replays with --shape: `lens` is "a/b/c" (sequence b gets entry
+b, cycling), or `ctx` gives every sequence the same context.
 """
 from __future__ import annotations
 
@@ -14,22 +17,34 @@ from .common import F32_ABS, F32_REL, Case
 
 C = Case
 CASES = [
-    C("contexts_0_1_2_5", dict(B=4, H=2, Hkv=2, d=64, lens=[0, 1, 2, 5])),
-    C("one_sequence_prime", dict(B=1, H=4, Hkv=4, d=64, lens=[37])),
-    C("mixed_lengths", dict(B=5, H=4, Hkv=2, d=64, lens=[0, 1, 17, 100, 131], max_len=140)),
-    C("gqa_4_to_1", dict(B=2, H=8, Hkv=2, d=64, lens=[97, 53])),
-    C("gqa_8_to_1_d128", dict(B=2, H=8, Hkv=1, d=128, lens=[61, 0])),
-    C("head_dim_32", dict(B=2, H=4, Hkv=2, d=32, lens=[45, 1])),
-    C("head_dim_96", dict(B=1, H=4, Hkv=1, d=96, lens=[83])),
-    C("head_dim_128", dict(B=2, H=2, Hkv=2, d=128, lens=[130, 7])),
-    C("three_splits", dict(B=3, H=4, Hkv=2, d=64, lens=[257, 100, 1], num_splits=3)),
-    C("many_splits_gqa", dict(B=2, H=6, Hkv=2, d=64, lens=[300, 33], num_splits=16)),
-    C("one_key_per_split", dict(B=1, H=2, Hkv=1, d=64, lens=[23], num_splits=23)),
-    C("large_logits", dict(B=2, H=4, Hkv=2, d=64, lens=[200, 3], logit=50.0, num_splits=4)),
-    C("lse_near_120", dict(B=2, H=4, Hkv=2, d=64, lens=[150, 64], shift=120.0, num_splits=4)),
-    C("long_context", dict(B=1, H=8, Hkv=2, d=128, lens=[509])),
+    C("contexts_0_1_2_5", dict(B=4, H=2, Hkv=2, d=64, lens="0/1/2/5")),
+    C("one_sequence_prime", dict(B=1, H=4, Hkv=4, d=64, lens="37")),
+    C("mixed_lengths", dict(B=5, H=4, Hkv=2, d=64, lens="0/1/17/100/131", max_len=140)),
+    C("gqa_4_to_1", dict(B=2, H=8, Hkv=2, d=64, lens="97/53")),
+    C("gqa_8_to_1_d128", dict(B=2, H=8, Hkv=1, d=128, lens="61/0")),
+    C("head_dim_32", dict(B=2, H=4, Hkv=2, d=32, lens="45/1")),
+    C("head_dim_96", dict(B=1, H=4, Hkv=1, d=96, lens="83")),
+    C("head_dim_128", dict(B=2, H=2, Hkv=2, d=128, lens="130/7")),
+    C("three_splits", dict(B=3, H=4, Hkv=2, d=64, lens="257/100/1", num_splits=3)),
+    C("many_splits_gqa", dict(B=2, H=6, Hkv=2, d=64, lens="300/33", num_splits=16)),
+    C("one_key_per_split", dict(B=1, H=2, Hkv=1, d=64, lens="23", num_splits=23)),
+    C("large_logits", dict(B=2, H=4, Hkv=2, d=64, lens="200/3", logit=50.0, num_splits=4)),
+    C("lse_near_120", dict(B=2, H=4, Hkv=2, d=64, lens="150/64", shift=120.0, num_splits=4)),
+    C("long_context", dict(B=1, H=8, Hkv=2, d=128, lens="509")),
 ]
 TOLERANCES = {"o": (F32_REL, F32_ABS), "lse": (F32_REL, F32_ABS)}
+SHRINK_KEYS = ("B", "H", "Hkv", "d", "page_size")
+
+
+def valid(p) -> bool:
+    """Shapes the kernels accept: d a multiple of 4 up to 128, at most 16 query heads per kv head."""
+    return p["d"] % 4 == 0 and p["d"] <= 128 and p["H"] % p["Hkv"] == 0 and p["H"] // p["Hkv"] <= 16
+
+
+def context_lens(p) -> np.ndarray:
+    """[B] int32 from `lens` ("a/b/c", cycled over the batch) or `ctx` (the same for all)."""
+    vals = [int(x) for x in str(p["lens"]).split("/")] if "lens" in p else [int(p["ctx"])]
+    return np.array([vals[b % len(vals)] for b in range(p["B"])], dtype=np.int32)
 
 
 def decode_qkv(p, rng, n_keys_shape):
@@ -57,7 +72,7 @@ def decode_qkv(p, rng, n_keys_shape):
 
 def make_inputs(p, rng):
     B, Hkv = p["B"], p["Hkv"]
-    lens = np.asarray(p.get("lens") or [p["context"]] * B, dtype=np.int32)   # bench: one context for all
+    lens = context_lens(p)
     max_len = p.get("max_len") or max(int(lens.max()), 1)   # the cache's capacity
     q, k, v = decode_qkv(p, rng, (B, Hkv, max_len))
     return {"q": q, "k_cache": k, "v_cache": v, "context_lens": lens, "scale": float(1.0 / np.sqrt(p["d"]))}
@@ -179,7 +194,7 @@ def diagnose(ctx):
 
 def kv_bytes(p) -> float:
     """K and V read once: 2 · B · Hkv · context · d · 4 bytes."""
-    return 2.0 * p["B"] * p["Hkv"] * p["context"] * p["d"] * 4
+    return 2.0 * p["B"] * p["Hkv"] * p["ctx"] * p["d"] * 4
 
 
 _copy_buffers: dict = {}
@@ -218,6 +233,6 @@ def _bench_case(name, **p):
 
 
 BENCH = [
-    _bench_case("batch 1, long context", B=1, H=32, Hkv=8, d=128, context=65536),
-    _bench_case("batch 64", B=64, H=32, Hkv=8, d=128, context=2048),
+    _bench_case("batch 1, long context", B=1, H=32, Hkv=8, d=128, ctx=65536),
+    _bench_case("batch 64", B=64, H=32, Hkv=8, d=128, ctx=2048),
 ]

@@ -25,9 +25,11 @@ RUNTIME_SRC = CSRC / "emu_runtime.cpp"
 INCLUDE = CSRC / "include"
 
 # Never -ffast-math: it lets the compiler assume no infinities, and online softmax starts from
-# -INFINITY. -fno-math-errno only lets sqrtf become one instruction.
-BASE_FLAGS = ["-std=c++17", "-O2", "-g1", "-fPIC", "-fvisibility=hidden", "-fno-strict-aliasing",
-              "-fno-math-errno", "-fno-omit-frame-pointer", "-U_FORTIFY_SOURCE",
+# -INFINITY. -fno-math-errno only lets sqrtf become one instruction. Stack-clash protection
+# makes a large local array touch its pages in order, so an overflow hits the guard page instead
+# of another thread's stack. DWARF 4: GCC 12's DWARF 5 line tables lose #line file names.
+BASE_FLAGS = ["-std=c++17", "-O2", "-g1", "-gdwarf-4", "-fPIC", "-fvisibility=hidden", "-fno-strict-aliasing",
+              "-fno-math-errno", "-fno-omit-frame-pointer", "-fstack-clash-protection", "-U_FORTIFY_SOURCE",
               "-D_FORTIFY_SOURCE=0", "-w"]
 
 

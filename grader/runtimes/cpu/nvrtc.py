@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -85,6 +86,50 @@ def _stamp_path(cache: Path, code: str, opts, names) -> Path:
     return cache / f"nvrtc-{hashlib.sha256(key.encode()).hexdigest()[:32]}.ok"
 
 
+CUDA_HEADERS = {"cuda_fp16.h", "cuda_bf16.h", "cooperative_groups.h", "cuda_runtime.h", "cuda.h",
+                "cuda_fp8.h", "cuda_pipeline.h", "cuda/pipeline", "cuda/barrier", "mma.h",
+                "cooperative_groups/reduce.h", "cuda_runtime_api.h", "vector_types.h",
+                "device_launch_parameters.h"}
+
+
+_MISSING = re.compile(r'(?:could not|cannot) open source file "([^"]+)"')
+
+
+def _toolkit_include() -> str | None:
+    roots = [os.environ.get(v) for v in ("CUDA_PATH", "CUDA_HOME")] + ["/usr/local/cuda"]
+    for root in filter(None, roots):
+        inc = Path(root) / "include"
+        if (inc / "cuda_fp16.h").exists():
+            return str(inc)
+    try:  # the nvidia-cuda-runtime wheel ships the headers
+        import nvidia
+        for base in nvidia.__path__:
+            for inc in Path(base).glob("*/include"):
+                if (inc / "cuda_fp16.h").exists():
+                    return str(inc)
+    except Exception:
+        pass
+    return None
+
+
+def _compile(nvrtc, code, opts, name_expressions, filename) -> tuple[bool, str]:
+    _, prog = _check(nvrtc, nvrtc.nvrtcCreateProgram(code.encode(), filename.encode(), 0, [], []),
+                     "nvrtcCreateProgram")
+    try:
+        for name in name_expressions or ():
+            _check(nvrtc, nvrtc.nvrtcAddNameExpression(prog, str(name).encode()),
+                   "nvrtcAddNameExpression")
+        err, = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+        if err == nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            return True, ""
+        _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        return False, log.decode(errors="replace").rstrip("\x00").strip()
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
 def check(code: str, options=(), name_expressions=None, cache: Path | None = None,
           filename: str = "kernel.cu") -> bool:
     """Compile ``code`` with NVRTC and raise CompileError with its log if it fails.
@@ -99,21 +144,22 @@ def check(code: str, options=(), name_expressions=None, cache: Path | None = Non
     stamp = _stamp_path(cache, code, opts, name_expressions) if cache else None
     if stamp is not None and stamp.exists():
         return True
-    _, prog = _check(nvrtc, nvrtc.nvrtcCreateProgram(code.encode(), filename.encode(), 0, [], []),
-                     "nvrtcCreateProgram")
-    try:
-        for name in name_expressions or ():
-            _check(nvrtc, nvrtc.nvrtcAddNameExpression(prog, str(name).encode()),
-                   "nvrtcAddNameExpression")
-        err, = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
-        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-            log = b" " * size
-            nvrtc.nvrtcGetProgramLog(prog, log)
-            text = log.decode(errors="replace").rstrip("\x00").strip()
-            raise CompileError("the kernel did not compile (NVRTC):", text)
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
+    ok, log = _compile(nvrtc, code, opts, name_expressions, filename)
+    missing = _MISSING.search(log or "")
+    if not ok and missing and missing.group(1) in CUDA_HEADERS:
+        # CuPy gives NVRTC the toolkit's headers; the NVRTC wheel has none. Use a toolkit if
+        # there is one, else leave this kernel to the emulator's own header.
+        inc = _toolkit_include()
+        if inc is None:
+            return False
+        incs = [f"--include-path={inc}"]
+        if (Path(inc) / "cccl").is_dir():  # CUDA 13 keeps libcu++ (cuda/std/...) there
+            incs.append(f"--include-path={Path(inc) / 'cccl'}")
+        ok, log = _compile(nvrtc, code, opts + incs, name_expressions, filename)
+        if not ok and _MISSING.search(log):
+            return False  # an incomplete toolkit: no fair verdict possible
+    if not ok:
+        raise CompileError("the kernel did not compile (NVRTC):", log)
     if stamp is not None:
         try:
             stamp.parent.mkdir(parents=True, exist_ok=True)

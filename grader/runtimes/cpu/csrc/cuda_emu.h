@@ -90,6 +90,7 @@ __CUDAEMU_HIDDEN unsigned long long __cudaemu_warp(int op, unsigned mask, unsign
                                                    int line);
 __CUDAEMU_HIDDEN unsigned __cudaemu_activemask(void);
 __CUDAEMU_HIDDEN void __cudaemu_spin_yield(const char* file, int line);
+__CUDAEMU_HIDDEN int __cudaemu_printf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 __CUDAEMU_HIDDEN __attribute__((noreturn)) void __cudaemu_fault(int kind, const char* what,
                                                                 const char* file, int line);
 }
@@ -183,16 +184,27 @@ __CUDAEMU_INLINE float __saturatef(float x) { return x != x ? 0.0f : fminf(fmaxf
 __CUDAEMU_INLINE float saturate(float x) { return __saturatef(x); }
 __CUDAEMU_INLINE float fdividef(float a, float b) { return a / b; }
 __CUDAEMU_INLINE float __fdividef(float a, float b) { return a / b; }
-__CUDAEMU_INLINE float __expf(float x) { return expf(x); }
-__CUDAEMU_INLINE float __exp10f(float x) { return powf(10.0f, x); }
-__CUDAEMU_INLINE float __logf(float x) { return logf(x); }
-__CUDAEMU_INLINE float __log2f(float x) { return log2f(x); }
-__CUDAEMU_INLINE float __log10f(float x) { return log10f(x); }
-__CUDAEMU_INLINE float __powf(float a, float b) { return powf(a, b); }
-__CUDAEMU_INLINE float __sinf(float x) { return sinf(x); }
-__CUDAEMU_INLINE float __cosf(float x) { return cosf(x); }
-__CUDAEMU_INLINE float __tanf(float x) { return tanf(x); }
-__CUDAEMU_INLINE void __sincosf(float x, float* s, float* c) { *s = sinf(x); *c = cosf(x); }
+__CUDAEMU_INLINE float __cudaemu__expf(float x) { return expf(x); }
+__CUDAEMU_INLINE float __cudaemu__exp10f(float x) { return powf(10.0f, x); }
+__CUDAEMU_INLINE float __cudaemu__logf(float x) { return logf(x); }
+__CUDAEMU_INLINE float __cudaemu__log2f(float x) { return log2f(x); }
+__CUDAEMU_INLINE float __cudaemu__log10f(float x) { return log10f(x); }
+__CUDAEMU_INLINE float __cudaemu__powf(float a, float b) { return powf(a, b); }
+__CUDAEMU_INLINE float __cudaemu__sinf(float x) { return sinf(x); }
+__CUDAEMU_INLINE float __cudaemu__cosf(float x) { return cosf(x); }
+__CUDAEMU_INLINE float __cudaemu__tanf(float x) { return tanf(x); }
+__CUDAEMU_INLINE void __cudaemu__sincosf(float x, float* s, float* c) { *s = sinf(x); *c = cosf(x); }
+// glibc declares some of these names itself (as aliases of expf ...); ours get their own.
+#define __expf __cudaemu__expf
+#define __exp10f __cudaemu__exp10f
+#define __logf __cudaemu__logf
+#define __log2f __cudaemu__log2f
+#define __log10f __cudaemu__log10f
+#define __powf __cudaemu__powf
+#define __sinf __cudaemu__sinf
+#define __cosf __cudaemu__cosf
+#define __tanf __cudaemu__tanf
+#define __sincosf __cudaemu__sincosf
 __CUDAEMU_INLINE float __frcp_rn(float x) { return 1.0f / x; }
 __CUDAEMU_INLINE float __fsqrt_rn(float x) { return sqrtf(x); }
 __CUDAEMU_INLINE float __frsqrt_rn(float x) { return 1.0f / sqrtf(x); }
@@ -217,7 +229,6 @@ __CUDAEMU_INLINE float __fmaf_rz(float a, float b, float c) { return fmaf(a, b, 
 __CUDAEMU_INLINE float __fmaf_ru(float a, float b, float c) { return fmaf(a, b, c); }
 __CUDAEMU_INLINE float __fmaf_rd(float a, float b, float c) { return fmaf(a, b, c); }
 __CUDAEMU_INLINE double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
-__CUDAEMU_INLINE float exp10f_(float x) { return powf(10.0f, x); }
 __CUDAEMU_INLINE float normf(int n, const float* a) {
   float s = 0.0f;
   for (int i = 0; i < n; ++i) s += a[i] * a[i];
@@ -505,6 +516,7 @@ __CUDAEMU_INLINE unsigned __cudaemu_mask(unsigned m = 0xFFFFFFFFu) { return m; }
 #define assert(c) ((c) ? (void)0 : __cudaemu_fault(8, "assertion failed: " #c, __FILE__, __LINE__))
 #define __trap() __cudaemu_fault(8, "the kernel called __trap()", __FILE__, __LINE__)
 #define __brkpt() ((void)0)
+#define printf(...) __cudaemu_printf(__VA_ARGS__)
 
 // ---------------------------------------------------------------------------------------------
 // Cooperative groups: the thread block and warp tiles. Grid and cluster groups are refused

@@ -73,6 +73,7 @@ struct FaultRecord {
   uint64_t addr;         // faulting data address
   uint64_t pc;           // faulting instruction
   uint64_t frames[8];    // return addresses found by walking frame pointers
+  uint64_t sp_word;      // the word at the stack pointer: a leaf function's return address
   uint32_t block[3];
   uint32_t thread[3];
   char file[256];
@@ -175,6 +176,9 @@ static ucontext_t sched_ctx;
 #endif
 static volatile sig_atomic_t in_fiber;
 static volatile sig_atomic_t interrupted;
+// Diagnosis of reads of unwritten shared memory: fibers run with the "invalid operation"
+// floating-point exception unmasked, so the first arithmetic on the signalling-NaN poison traps.
+static int trap_invalid;
 static void (*cur_entry)(void**);
 static void** cur_args;
 static int barrier_result;
@@ -261,6 +265,10 @@ static void start_fiber(Fiber* f) {
   f->ctx.uc_stack.ss_size = (size_t)(f->stack_hi - f->stack_lo);
   f->ctx.uc_link = nullptr;
   makecontext(&f->ctx, fiber_main, 0);
+#if defined(__x86_64__) && defined(__linux__)
+  f->ctx.uc_mcontext.fpregs->mxcsr &= ~0x3Fu;
+  if (trap_invalid) f->ctx.uc_mcontext.fpregs->mxcsr &= ~0x80u;
+#endif
 #else
   // Lay out the frame cudaemu_switch pops: control words, six registers, then fiber_main as
   // the return address. The slot above keeps the stack aligned as at a call.
@@ -272,6 +280,8 @@ static void start_fiber(Fiber* f) {
   uint16_t fpucw;
   __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
   __asm__ volatile("fnstcw %0" : "=m"(fpucw));
+  mxcsr &= ~0x3Fu;                   // no stale exception flags
+  if (trap_invalid) mxcsr &= ~0x80u;  // unmask "invalid"
   --sp;
   memcpy(sp, &mxcsr, 4);
   memcpy((char*)sp + 4, &fpucw, 2);
@@ -317,6 +327,9 @@ static bool addr_in_stack_guard(uintptr_t a, const Fiber** who) {
     uintptr_t lo = (uintptr_t)fibers[i].stack_lo;
     if (a >= lo - PAGE && a < lo) { *who = &fibers[i]; return true; }
   }
+  // Just below the running fiber's stack (a frame larger than the guard): an overflow too.
+  uintptr_t lo = (uintptr_t)cur->stack_lo;
+  if (a < lo && a + (64u << 20) >= lo) { *who = cur; return true; }
   return false;
 }
 
@@ -340,13 +353,15 @@ static void on_signal(int sig, siginfo_t* si, void* ucv) {
 #if defined(__x86_64__)
   uintptr_t pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
   uintptr_t fp = (uintptr_t)uc->uc_mcontext.gregs[REG_RBP];
+  uintptr_t sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
   fault->is_write = sig == SIGSEGV ? (int)((uc->uc_mcontext.gregs[REG_ERR] >> 1) & 1) : -1;
 #elif defined(__aarch64__)
   uintptr_t pc = (uintptr_t)uc->uc_mcontext.pc;
   uintptr_t fp = (uintptr_t)uc->uc_mcontext.regs[29];
+  uintptr_t sp = 0;
   fault->is_write = -1;
 #else
-  uintptr_t pc = 0, fp = 0;
+  uintptr_t pc = 0, fp = 0, sp = 0;
   fault->is_write = -1;
 #endif
   fault->kind = sig == SIGSEGV ? F_SEGV : sig == SIGBUS ? F_BUS : sig == SIGFPE ? F_FPE
@@ -360,6 +375,7 @@ static void on_signal(int sig, siginfo_t* si, void* ucv) {
   // Walk saved frame pointers, staying inside this fiber's stack, so a fault inside a library
   // function (expf, memcpy) can still be traced to the kernel line that called it.
   uintptr_t lo = (uintptr_t)cur->stack_lo, hi = (uintptr_t)cur->stack_hi;
+  if (sp >= lo && sp + 8 <= hi && !(sp & 7)) fault->sp_word = *(uint64_t*)sp;
   for (int i = 0; i < 8; ++i) {
     if (fp < lo || fp + 16 > hi || (fp & 7)) break;
     fault->frames[i] = ((uint64_t*)fp)[1];
@@ -419,6 +435,54 @@ static void remove_signals() {
 
 // ---------------------------------------------------------------------------------------------
 // Called from kernel code (declared in cuda_emu.h).
+
+// Device printf goes to a buffer that Python prints through sys.stdout (so it shows in Jupyter
+// and pytest's capture), and is dropped while the race check reruns blocks.
+static char* out_buf;
+static size_t out_len, out_cap;
+static int out_quiet;
+static const size_t OUT_LIMIT = 1 << 20;
+
+extern "C" HIDDEN int __cudaemu_printf(const char* fmt, ...) {
+  if (out_quiet) return 0;
+  char small[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(small, sizeof small, fmt, ap);
+  va_end(ap);
+  if (n <= 0 || out_len >= OUT_LIMIT) return n;
+  size_t need = out_len + (size_t)n + 1;
+  if (need > out_cap) {
+    size_t cap = out_cap ? out_cap : 4096;
+    while (cap < need) cap *= 2;
+    char* p = (char*)realloc(out_buf, cap);
+    if (!p) return n;
+    out_buf = p;
+    out_cap = cap;
+  }
+  if ((size_t)n < sizeof small) {
+    memcpy(out_buf + out_len, small, (size_t)n);
+  } else {
+    va_start(ap, fmt);
+    vsnprintf(out_buf + out_len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+  }
+  out_len += (size_t)n;
+  return n;
+}
+
+EXPORT void cudaemu_set_quiet(int quiet) { out_quiet = quiet; }
+
+EXPORT void cudaemu_set_trap_invalid(int on) { trap_invalid = on; }
+
+// Hands the printed text to Python and empties the buffer.
+EXPORT uint64_t cudaemu_take_output(char* dst, uint64_t cap) {
+  if (!dst) return out_len;
+  uint64_t n = out_len < cap ? out_len : cap;
+  memcpy(dst, out_buf, n);
+  out_len = 0;
+  return n;
+}
 
 extern "C" HIDDEN __attribute__((noreturn)) void __cudaemu_fault(int kind, const char* what,
                                                                   const char* file, int line) {
@@ -839,7 +903,6 @@ EXPORT int cudaemu_launch(void (*entry)(void**), void** args, const uint32_t* gr
   }
   remove_signals();
   free(perm);
-  fflush(stdout);
   cur = nullptr;
   fault = nullptr;
   return rc;
