@@ -300,7 +300,9 @@ x, dx = inputs(1, 1, 1, 12, 4, 32, seed=5)
 o, lse = causal.flash_causal(rt, dx["q"], dx["k"], dx["v"], dx["scale"])
 o, lse = rt.to_numpy(o), rt.to_numpy(lse)
 for i in range(12):
-    print(f"query {i:2d}  sees keys 0..{i + 4 - 12:3d}   lse = {lse[0, 0, i]:8.4f}   |o| = {np.abs(o[0, 0, i]).sum():.4f}")
+    last = i + 4 - 12                                   # i + (Nk - Nq)
+    sees = f"keys 0..{last}" if last >= 0 else "no key"
+    print(f"query {i:2d}  sees {sees:10s}  lse = {lse[0, 0, i]:8.4f}   sum |o| = {np.abs(o[0, 0, i]).sum():.4f}")
 '''),
 ]
 

@@ -54,7 +54,7 @@ WRONG = {
         "page_layout_swapped": ("A page is read as [Hkv, page_size, d] instead of [page_size, Hkv, d].",
                                 [LAYOUT], ["page layout"], ["shuffled_partial_last_page"]),
         "slot_assumes_page_size_16": ("The slot inside a page is j & 15: right for page_size 16 only.",
-                                      [SLOT16], ["page lookup"], ["page_size_8_gqa_4"]),
+                                      [SLOT16], ["out-of-bounds read", "k_pages"], ["page_size_8_gqa_4"]),
         "nan_for_empty_context": ("The combine divides 0 by 0 for a sequence with context length 0.",
                                   [COMBINE_NAN], ["empty context"], ["contexts_0_1_2_5"]),
         "gqa_wrong_kv_head": ("Query head h is served by kv head h % Hkv instead of h / (H / Hkv).",

@@ -229,7 +229,7 @@ def test_templates_with_name_expressions_and_float4(rt):
     mod.get_function("scale_add<64, double>")((2,), (64,), (xd, yd, rt.float64(0.5), rt.int32(100)))
     np.testing.assert_array_equal(yd, 0.5 * np.arange(100))
     # The compiled signature stands in for the parsed one, so template launches are checked too.
-    with pytest.raises(LaunchError, match=r"argument 4 \(int param3\) got a Python int"):
+    with pytest.raises(LaunchError, match=r"argument 4 \(int n\) got a Python int"):
         mod.get_function("scale_add<128, float>")((3,), (128,), (x, y, rt.float32(2), 300))
     with pytest.raises(LaunchError, match="float64 array"):
         mod.get_function("scale_add<128, float>")((3,), (128,), (xd, y, rt.float32(2), rt.int32(3)))

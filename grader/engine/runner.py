@@ -71,7 +71,10 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     res = CaseResult(case.name, False, params=dict(case.params))
     rng = case_rng(seed, case.name)
     inputs = task.make_inputs(case.params, rng)
-    device_inputs = {k: rt.asarray(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+    # Copies, so the originals stay pristine for the reference and the "inputs unchanged" test (on the
+    # CPU, rt.asarray of a NumPy array may be the array itself).
+    device_inputs = {k: rt.asarray(v.copy()) if isinstance(v, np.ndarray) else v
+                     for k, v in inputs.items()}
     rt.poison_outputs = True
     try:
         outs = task.call(fn, rt, device_inputs, case.params)

@@ -175,7 +175,8 @@ class CpuKernel:
         if params is None or len(params) != n:
             # A template kernel (or one the regex could not read): describe it from the compiled
             # signature instead, so its arguments are checked all the same.
-            params = [Param(f"param{i}", t, t.endswith("*")) for i, t in enumerate(self._types)]
+            names = _param_names(module.source, name.split("<")[0].strip(), n)
+            params = [Param(names[i], t, t.endswith("*")) for i, t in enumerate(self._types)]
         self.params = params
         self._max_dynamic_smem = DEFAULT_SMEM
 
@@ -244,8 +245,9 @@ class CpuKernel:
 
 
 class CpuModule:
-    def __init__(self, rt: "CpuRuntime", built: _build.Built, signatures, student_file: str):
-        self._rt, self._built, self._sig = rt, built, signatures
+    def __init__(self, rt: "CpuRuntime", built: _build.Built, signatures, student_file: str,
+                 source: str = ""):
+        self._rt, self._built, self._sig, self.source = rt, built, signatures, source
         self._lib = _load(built.path)
         self.student_file = student_file
         self.static_shared_bytes = int(self._lib.cudaemu_static_shared_bytes())
@@ -314,7 +316,7 @@ class CpuRuntime(Runtime):
         signatures = parse_signatures(source)
         kernels = list(signatures) + [n for n in names if n not in signatures]
         built = _build.build(code, kernels, kernels, options, nvrtc_checked)
-        return CpuModule(self, built, signatures, student_file)
+        return CpuModule(self, built, signatures, student_file, source)
 
     # -----------------------------------------------------------------------------------------
 
@@ -440,7 +442,7 @@ class CpuRuntime(Runtime):
             f"{kernel.name}: the result depends on the order in which the threads of a block run "
             f"— a data race. Running block(s) {blocks} with their threads {how} instead of "
             f"forward changed argument {i + 1} ({p.ctype} {p.name}) at index "
-            f"{tuple(int(x) for x in where)}: {ref.flat[idx]!r} became {got.flat[idx]!r} "
+            f"{tuple(int(x) for x in where)}: {_num(ref.flat[idx])} became {_num(got.flat[idx])} "
             f"({ndiff} element(s) differ). Some thread reads memory (usually a shared-memory "
             "tile) that other threads write, without a __syncthreads() between the write and "
             "the read; or a tile is overwritten for the next iteration before every thread has "
@@ -589,6 +591,26 @@ class CpuRuntime(Runtime):
                 "wild pointer. Look for an index that went negative in unsigned arithmetic "
                 "(e.g. `row - 1` with row == 0 as unsigned), or a pointer to a local variable "
                 "of another thread.")
+
+
+def _num(x) -> str:
+    return f"{float(x):.7g}" if np.asarray(x).dtype.kind == "f" else str(int(x))
+
+
+def _param_names(source: str, base: str, n: int) -> list[str]:
+    """Parameter names of a (template) kernel from its source, or param0, param1 ..."""
+    code = _build.strip_code(source)
+    pat = (r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
+           r"(?:__launch_bounds__\s*\([^)]*\)\s*)?" + re.escape(base) + r"\s*\(([^)]*)\)")
+    for m in re.finditer(pat, code):
+        names = []
+        for raw in m.group(1).split(","):
+            w = re.findall(r"[A-Za-z_]\w*", raw.split("=")[0])
+            if w:
+                names.append(w[-1])
+        if len(names) == n:
+            return names
+    return [f"param{i}" for i in range(n)]
 
 
 def _flush_printf(lib, discard: bool = False) -> None:
