@@ -72,3 +72,32 @@ def test_seed_replays_the_same_inputs():
     b = case_rng(42, "tiny").standard_normal(5)
     c = case_rng(43, "tiny").standard_normal(5)
     assert (a == b).all() and not (a == c).all()
+
+
+def test_resources_are_reported_after_compiling(tmp_path, capsys, monkeypatch):
+    from grader.runtimes.cpu import nvrtc
+    if not nvrtc.available():
+        pytest.skip("NVRTC is not installed: pip install -e '.[nvrtc]'")
+    monkeypatch.setenv("GRADER_STATE_DIR", str(tmp_path / "state"))
+    # A per-thread array indexed at run time lives in local memory: the report must warn.
+    body = '''
+KERNEL = r"""
+extern "C" __global__ void local_array(const float* q, float* o, int n) {
+    float a[64];
+    for (int i = 0; i < 64; ++i) a[i] = q[i % n];
+    int t = threadIdx.x;
+    if (t < n) o[t] = a[(t * 7) % 64];
+}
+"""
+
+def naive_attention(rt, q, k, v, scale):
+    o = rt.zeros(q.shape, "float32")
+    rt.compile(KERNEL).get_function("local_array")((1,), (32,), (q, o, rt.int32(min(q.size, 32))))
+    return o, rt.zeros(q.shape[:3], "float32")
+'''
+    path = tmp_path / "attempt.py"
+    path.write_text(body)
+    main(["check", "00", "--file", str(path), "--backend", "cpu", "--case", "tiny", "--no-shrink"])
+    out = capsys.readouterr().out
+    assert "Resources per kernel:" in out and "local_array:" in out and "registers/thread" in out
+    assert "warning: local_array keeps" in out and "local memory" in out

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..base import CompileError
 
-ARCH = "compute_90"  # an H100, the device the emulator imitates
+ARCH = "sm_90"  # an H100, the device the emulator imitates; a real arch so ptxas reports resources
 INSTALL_HINT = "pip install -e '.[nvrtc]'"
 
 
@@ -77,7 +77,32 @@ def _translate_options(options) -> list[str]:
         opts.insert(0, "-std=c++17")
     if not any(o.startswith(("-arch", "--gpu-architecture")) for o in opts):
         opts.insert(0, f"--gpu-architecture={ARCH}")
+    if not any(o.startswith(("-Xptxas", "--ptxas-options")) for o in opts):
+        opts.append("--ptxas-options=-v")      # registers, spills and shared memory per kernel
     return opts
+
+
+_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+
+
+def parse_ptxas(log: str, lowered: dict[str, str]) -> dict[str, dict]:
+    """ptxas -v's report -> {kernel name: {"num_regs", "local_size_bytes", "spill_bytes",
+    "shared_size_bytes"}}; template instantiations are named by their name expression."""
+    out = {}
+    parts = _ENTRY.split(log)
+    for mangled, body in zip(parts[1::2], parts[2::2]):
+        info = {}
+        m = re.search(r"Used (\d+) registers", body)
+        if m:
+            info["num_regs"] = int(m.group(1))
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", body)
+        if m:
+            info["local_size_bytes"] = int(m.group(1))
+            info["spill_bytes"] = int(m.group(2)) + int(m.group(3))
+        m = re.search(r"(\d+) bytes smem", body)
+        info["shared_size_bytes"] = int(m.group(1)) if m else 0
+        out[lowered.get(mangled, mangled)] = info
+    return out
 
 
 def _stamp_path(cache: Path, code: str, opts, names) -> Path:
@@ -120,22 +145,30 @@ def _compile(nvrtc, code, opts, name_expressions, filename) -> tuple[bool, str]:
             _check(nvrtc, nvrtc.nvrtcAddNameExpression(prog, str(name).encode()),
                    "nvrtcAddNameExpression")
         err, = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
-        if err == nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            return True, ""
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
         log = b" " * size
         nvrtc.nvrtcGetProgramLog(prog, log)
-        return False, log.decode(errors="replace").rstrip("\x00").strip()
+        log = log.decode(errors="replace").rstrip("\x00").strip()
+        if err == nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            lowered = {}
+            for name in name_expressions or ():
+                e, low = nvrtc.nvrtcGetLoweredName(prog, str(name).encode())
+                if e == nvrtc.nvrtcResult.NVRTC_SUCCESS:
+                    lowered[low.decode() if isinstance(low, bytes) else str(low)] = str(name)
+            _compile.resources = parse_ptxas(log, lowered)
+            return True, ""
+        return False, log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
 
 def check(code: str, options=(), name_expressions=None, cache: Path | None = None,
-          filename: str = "kernel.cu") -> bool:
+          filename: str = "kernel.cu") -> bool | dict:
     """Compile ``code`` with NVRTC and raise CompileError with its log if it fails.
 
-    Returns False (and does nothing) when NVRTC is not installed. A success is remembered in
-    ``cache`` so that the grader's child processes do not compile the same kernel again.
+    Returns False (and does nothing) when NVRTC is not installed; on success, ptxas's resource
+    report per kernel (a dict, possibly empty). A success is remembered in ``cache`` so that the
+    grader's child processes do not compile the same kernel again.
     """
     nvrtc, _, _ = _load()
     if nvrtc is None:
@@ -143,7 +176,11 @@ def check(code: str, options=(), name_expressions=None, cache: Path | None = Non
     opts = _translate_options(options)
     stamp = _stamp_path(cache, code, opts, name_expressions) if cache else None
     if stamp is not None and stamp.exists():
-        return True
+        try:
+            return json.loads(stamp.read_text())
+        except ValueError:
+            return {}
+    _compile.resources = {}
     ok, log = _compile(nvrtc, code, opts, name_expressions, filename)
     missing = _MISSING.search(log or "")
     if not ok and missing and missing.group(1) in CUDA_HEADERS:
@@ -164,8 +201,8 @@ def check(code: str, options=(), name_expressions=None, cache: Path | None = Non
         try:
             stamp.parent.mkdir(parents=True, exist_ok=True)
             tmp = stamp.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text("ok\n")
+            tmp.write_text(json.dumps(_compile.resources))
             os.replace(tmp, stamp)
         except OSError:
             pass
-    return True
+    return _compile.resources

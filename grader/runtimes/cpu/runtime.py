@@ -224,8 +224,11 @@ class CpuKernel:
             raise LaunchError(
                 f"{self.name}: shared_mem={shared_mem} plus {static} bytes of static __shared__ "
                 f"memory is over the {OPTIN_SMEM} bytes a block may have on this device.")
+        rt = self._module._rt
+        if self.name in rt.ptxas_report:
+            rt.resources.setdefault(self.name, dict(rt.ptxas_report[self.name], source="ptxas (sm_90)"))
         with _launch_lock:
-            self._module._rt._launch(self, grid, block, args, shared_mem)
+            rt._launch(self, grid, block, args, shared_mem)
 
     def _check_arrays(self, args) -> None:
         for i, (p, a) in enumerate(zip(self.params, args)):
@@ -297,6 +300,8 @@ class CpuRuntime(Runtime):
         self._pool = GuardedPool()
         self._smem_pool = GuardedPool(keep=4)
         self.launches = 0
+        self.ptxas_report: dict[str, dict] = {}   # from NVRTC, per kernel name
+        self.resources: dict[str, dict] = {}      # the launched kernels' entries, for the report
 
     @staticmethod
     def nvrtc_status() -> str:
@@ -313,9 +318,11 @@ class CpuRuntime(Runtime):
         if self.use_nvrtc:
             nvrtc_checked = _nvrtc.check(code, options, names, cache=_build.cache_dir(),
                                          filename=student_file)
+            if isinstance(nvrtc_checked, dict):   # ptxas's report: what each kernel costs on a GPU
+                self.ptxas_report.update(nvrtc_checked)
         signatures = parse_signatures(source)
         kernels = list(signatures) + [n for n in names if n not in signatures]
-        built = _build.build(code, kernels, kernels, options, nvrtc_checked)
+        built = _build.build(code, kernels, kernels, options, nvrtc_checked is not False)
         return CpuModule(self, built, signatures, student_file, source)
 
     # -----------------------------------------------------------------------------------------
