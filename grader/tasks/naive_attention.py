@@ -24,3 +24,11 @@ def reference(inputs, p):
 def call(fn, rt, inputs, p):
     o, lse = fn(rt, inputs["q"], inputs["k"], inputs["v"], inputs["scale"])
     return {"o": o, "lse": lse}
+
+
+def diagnose(ctx):
+    # The same replayed bugs as FlashAttention's, minus the tiling: a forgotten 1/l, lse's units,
+    # the GQA head mapping, the scale.
+    from .flash_forward import output_causes, scores, setup_causes
+    s, v = scores(ctx.inputs)
+    return output_causes(ctx, s, v) or setup_causes(ctx)
