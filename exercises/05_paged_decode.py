@@ -4,7 +4,8 @@ Module 04's split-KV decode over a paged cache, as serving systems (vLLM, FlashI
     q [B, H, d]; k_pages, v_pages [num_pages, page_size, Hkv, d]; block_table [B, max_pages] int32;
     logical position j of sequence b lives in physical page block_table[b, j / page_size],
     at slot j % page_size. Pages are scattered and shuffled; the last page of a sequence is partial.
-The partial and combine kernels are 04's; only where a key row lives changes (kv_offset).
+The partial and combine kernels are 04's; only where a key row lives changes (physical_pos), and
+the page lookup is done one step ahead so that it never delays the loads of K and V.
 A context of length 0 outputs o = 0 and lse = -inf.
 """
 import functools
@@ -27,13 +28,19 @@ __device__ float warp_sum(float x)
 
 __device__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 
-// Where key j of sequence b, kv head kv starts in a paged cache [num_pages, page_size, Hkv, d]:
-// the block table turns the logical page j / page_size into a physical one.
-__device__ size_t kv_offset(const int* __restrict__ block_table, int b, int kv, int j,
-                            int max_pages, int page_size, int n_kv_heads, int d)
+// Where logical position j of sequence b lives in the paged cache [num_pages, page_size, Hkv, d]:
+// the physical position page · page_size + slot, where the block table turns the logical page
+// j / page_size into a physical one.
+__device__ int physical_pos(const int* __restrict__ block_table, int b, int j, int max_pages, int page_size)
 {
-    // TODO(1): physical page = block_table[b][j / page_size], slot = j % page_size, then the row of kv head kv
+    // TODO(1): page = block_table[b][j / page_size] (a row of max_pages entries), slot = j % page_size; return page · page_size + slot
     return 0;
+}
+
+// Where the row of kv head kv at physical position pos starts: a page is [page_size, Hkv, d].
+__device__ size_t kv_offset(int pos, int kv, int n_kv_heads, int d)
+{
+    return ((size_t)pos * n_kv_heads + kv) * d;
 }
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
@@ -66,7 +73,7 @@ paged_partial(const float* __restrict__ q, const float* __restrict__ k_pages,
         }
     }
 
-    // TODO(2): as in 04, each warp streams keys j0 .. j0+KEYS_PER_STEP-1 of the split: load K and V rows, scores by warp_sum, online softmax for every head of the group
+    // TODO(2): as in 04, with the page lookup one step ahead (lane u looks up key u of the next step, __shfl_sync shares it); each warp streams keys j0 .. j0+KEYS_PER_STEP-1 of the split: load K and V rows, scores by warp_sum, online softmax for every head of the group
 
     // TODO(3): as in 04, merge the WARPS states through shared memory, then write o_part = acc / l and lse_part = ln of the split's sum
 }

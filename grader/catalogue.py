@@ -157,17 +157,17 @@ EXERCISES: tuple[Exercise, ...] = (
             "Handle shuffled pages, a partial last page, shared prefix pages and any page size.",
         ),
         todos=(
-            "page lookup: logical position j -> physical page block_table[b][j / page_size], slot j % page_size, row of kv head kv",
-            "partial kernel, as in 04: stream the split's keys, read through kv_offset",
+            "page lookup: logical position j -> physical position block_table[b][j / page_size] · page_size + j % page_size",
+            "partial kernel, as in 04, with the page lookup one step ahead: lane u looks up key u of the next step, __shfl_sync shares it",
             "partial kernel, as in 04: merge the warps and write the split's output and lse",
             "combine kernel, as in 04",
             "launch code: the number of splits, with max_len = max_pages · page_size",
         ),
         hints=(
-            "The paged cache is [num_pages, page_size, Hkv, d]: row (page, slot, kv) starts at ((page · page_size + slot) · Hkv + kv) · d.",
+            "The paged cache is [num_pages, page_size, Hkv, d]: physical position pos = page · page_size + slot, and kv head kv's row starts at (pos · Hkv + kv) · d.",
             "j / page_size is the logical page; the physical page is block_table[b · max_pages + j / page_size]. They agree only when the pages happen to be in order.",
             "Never read block_table past the context: entries after a sequence's last page are -1.",
-            "Copy your 04 kernels; the only change in the loop is where a key row starts.",
+            "Copy your 04 kernels; in the loop, lane u computes physical_pos of key j0 + stride + u for the next step, and each key's position comes from __shfl_sync(0xffffffff, pos_here, u).",
         ),
     ),
 )

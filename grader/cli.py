@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -181,9 +182,34 @@ def cmd_check(args) -> int:
         print(json.dumps(report, indent=1))
     else:
         print_report(report, ex, rel_file, replay)
+    if args.sanitize and not report.get("error"):
+        _sanitize(ex, path, report, backend, seed)
     if report.get("error"):
         return USAGE_ERROR
     return 0 if report["passed"] else 1
+
+
+def _sanitize(ex, path, report, backend, seed) -> None:
+    from .sanitize import run_sanitizers
+    if backend != "gpu":
+        print("\n--sanitize needs the GPU runtime (compute-sanitizer watches a real GPU). On the CPU, the "
+              "emulator already reports out-of-bounds accesses, divergent barriers, races and reads of "
+              "unwritten shared memory as part of every check.")
+        return
+    cases = report["cases"]
+    target = next((c for c in cases if not c["passed"] and c["kind"] != "not_run"), None) or cases[0]
+    params = (target.get("shrunk") or {}).get("params") or target["params"]
+    shape = ", ".join(f"{k}={v}" for k, v in params.items())
+    print(f"\ncompute-sanitizer on {target['name']} ({shape}):", flush=True)
+    for tool, r in run_sanitizers(ex, path, params, seed).items():
+        if r["findings"]:
+            print(f"  {tool}: found")
+            for f in r["findings"]:
+                print(f"    - {f}")
+        else:
+            print(f"  {tool}: {'clean' if r['clean'] else 'no finding it could read'}")
+            if not r["clean"] and os.environ.get("GRADER_DEBUG"):
+                print(r["raw"])
 
 
 def _render_plots(report: dict, ex) -> None:

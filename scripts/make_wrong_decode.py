@@ -31,8 +31,6 @@ GQA_ROW = ('''        size_t row = ((size_t)b * n_heads + kv * GROUP + g) * n_sp
            '''        size_t row = ((size_t)b * n_heads + g * n_kv_heads + kv) * n_splits + split;''')
 LOGICAL_PAGE = ('''    int page = block_table[(size_t)b * max_pages + j / page_size];''',
                 '''    int page = j / page_size;                      // BUG: the logical page used as the physical one''')
-LAYOUT = ('''    return (((size_t)page * page_size + slot) * n_kv_heads + kv) * d;''',
-          '''    return (((size_t)page * n_kv_heads + kv) * page_size + slot) * d;   // BUG: page read as [Hkv, page_size, d]''')
 SLOT16 = ('''    int slot = j % page_size;''', '''    int slot = j & 15;                             // BUG: assumes page_size = 16''')
 
 WRONG = {
@@ -51,8 +49,6 @@ WRONG = {
         "logical_page_as_physical": ("The kernel reads logical page j / page_size, never the block table.",
                                      [LOGICAL_PAGE], ["logical page index", "block_table"],
                                      ["shuffled_partial_last_page"]),
-        "page_layout_swapped": ("A page is read as [Hkv, page_size, d] instead of [page_size, Hkv, d].",
-                                [LAYOUT], ["page layout"], ["shuffled_partial_last_page"]),
         "slot_assumes_page_size_16": ("The slot inside a page is j & 15: right for page_size 16 only.",
                                       [SLOT16], ["out-of-bounds read", "k_pages"], ["page_size_8_gqa_4"]),
         "nan_for_empty_context": ("The combine divides 0 by 0 for a sequence with context length 0.",

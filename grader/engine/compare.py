@@ -37,9 +37,12 @@ def compare(name: str, got, want, rel_tol: float, abs_tol: float) -> Comparison:
     # Where the reference itself is infinite (lse = -inf of a row with no key), demand the same.
     inf_mismatch = ~finite_ref & (g != want)
     diff = np.where(finite_ref & np.isfinite(g), np.abs(g - want), 0.0)
-    denom = np.linalg.norm(np.where(finite_ref, want, 0.0))
+    # Relative to the reference's norm, floored at 0.01 per element: a tiny reference (one lse of
+    # -0.004, say) would otherwise turn float32 rounding into a large relative error.
+    denom = max(float(np.linalg.norm(np.where(finite_ref, want, 0.0))),
+                1e-2 * float(np.sqrt(max(int(finite_ref.sum()), 1))))
     err_norm = np.linalg.norm(diff)
-    rel = float(err_norm / denom) if denom > 0 else float(err_norm)
+    rel = float(err_norm / denom)
     if bad_nonfinite.any():
         rel = float("inf")
     max_abs = float(diff.max()) if diff.size else 0.0

@@ -24,17 +24,23 @@ __device__ float warp_sum(float x)
 
 __device__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 
-// Where key j of sequence b, kv head kv starts in a paged cache [num_pages, page_size, Hkv, d]:
-// the block table turns the logical page j / page_size into a physical one.
-__device__ size_t kv_offset(const int* __restrict__ block_table, int b, int kv, int j,
-                            int max_pages, int page_size, int n_kv_heads, int d)
+// Where logical position j of sequence b lives in the paged cache [num_pages, page_size, Hkv, d]:
+// the physical position page · page_size + slot, where the block table turns the logical page
+// j / page_size into a physical one.
+__device__ int physical_pos(const int* __restrict__ block_table, int b, int j, int max_pages, int page_size)
 {
-    // BEGIN SOLUTION TODO(1): physical page = block_table[b][j / page_size], slot = j % page_size, then the row of kv head kv
+    // BEGIN SOLUTION TODO(1): page = block_table[b][j / page_size] (a row of max_pages entries), slot = j % page_size; return page · page_size + slot
     int page = block_table[(size_t)b * max_pages + j / page_size];
     int slot = j & 15;                             // BUG: assumes page_size = 16
-    return (((size_t)page * page_size + slot) * n_kv_heads + kv) * d;
+    return page * page_size + slot;
     // STUB: return 0;
     // END SOLUTION
+}
+
+// Where the row of kv head kv at physical position pos starts: a page is [page_size, Hkv, d].
+__device__ size_t kv_offset(int pos, int kv, int n_kv_heads, int d)
+{
+    return ((size_t)pos * n_kv_heads + kv) * d;
 }
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
@@ -67,20 +73,29 @@ paged_partial(const float* __restrict__ q, const float* __restrict__ k_pages,
         }
     }
 
-    // BEGIN SOLUTION TODO(2): as in 04, each warp streams keys j0 .. j0+KEYS_PER_STEP-1 of the split: load K and V rows, scores by warp_sum, online softmax for every head of the group
-    for (int j0 = start + warp * KEYS_PER_STEP; j0 < end; j0 += WARPS * KEYS_PER_STEP) {
+    // BEGIN SOLUTION TODO(2): as in 04, with the page lookup one step ahead (lane u looks up key u of the next step, __shfl_sync shares it); each warp streams keys j0 .. j0+KEYS_PER_STEP-1 of the split: load K and V rows, scores by warp_sum, online softmax for every head of the group
+    // The page lookup is a load that the row's load must wait for. So lane u (< KEYS_PER_STEP) looks
+    // up key u of the warp's *next* step while this step's rows are in flight, and shares it by shuffle.
+    const int stride = WARPS * KEYS_PER_STEP, mine = lane % KEYS_PER_STEP;
+    int j0 = start + warp * KEYS_PER_STEP;
+    int pos_next = j0 + mine < end ? physical_pos(block_table, b, j0 + mine, max_pages, page_size) : 0;
+    for (; j0 < end; j0 += stride) {
         // Issue all the loads first: KEYS_PER_STEP rows of K and V in flight at once. Each row is read
         // here once, for all GROUP query heads.
+        int pos_here = pos_next;
         float4 kr[KEYS_PER_STEP], vr[KEYS_PER_STEP];
         #pragma unroll
         for (int u = 0; u < KEYS_PER_STEP; ++u) {
+            int pos = __shfl_sync(0xffffffffu, pos_here, u);    // key j0 + u, looked up by lane u
             kr[u] = vr[u] = make_float4(0.f, 0.f, 0.f, 0.f);
             if (j0 + u < end && active) {
-                size_t off = kv_offset(block_table, b, kv, j0 + u, max_pages, page_size, n_kv_heads, d);
+                size_t off = kv_offset(pos, kv, n_kv_heads, d);
                 kr[u] = reinterpret_cast<const float4*>(k_pages + off)[lane];
                 vr[u] = reinterpret_cast<const float4*>(v_pages + off)[lane];
             }
         }
+        int j_next = j0 + stride + mine;              // never past the context: -1 entries stay unread
+        pos_next = j_next < end ? physical_pos(block_table, b, j_next, max_pages, page_size) : 0;
         #pragma unroll
         for (int g = 0; g < GROUP; ++g) {
             // The step is a tile of KEYS_PER_STEP keys: scores (log2 units), the tile max, one rescale.
