@@ -112,8 +112,6 @@ def run_sanitizers(ex, path: Path, params: dict, seed: int, tools=TOOLS, timeout
         for tool in tools:
             cmd = [exe, "--tool", tool, "--print-limit", "20", sys.executable, "-m", "grader.sanitize",
                    str(cfg)]
-            if tool == "initcheck":
-                cmd[3:3] = ["--track-unused-memory", "no"]
             try:
                 p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
                 out = p.stdout + p.stderr
