@@ -15,7 +15,7 @@ def _slice_2d(a: np.ndarray, at: tuple) -> tuple[np.ndarray, str]:
     a = np.asarray(a, dtype=np.float64)
     if a.ndim == 1:
         return a[None, :], "(row, column)"
-    lead = tuple(at[:a.ndim - 2])
+    lead = tuple(int(i) for i in at[:a.ndim - 2])
     label = f"slice {list(lead)} over " if lead else ""
     return a[lead], label
 
@@ -36,8 +36,7 @@ def error_figure(ref: dict, out: dict, title: str = ""):
         axis_names = {4: "(row, feature)", 3: "(head, row)", 2: "(row, column)", 1: "(row, column)"}
         for ax, data, what in zip(row, (want, got, err), ("reference", "yours", "|error|")):
             sl, label = _slice_2d(data, worst)
-            cmap = matplotlib.colormaps["viridis" if what != "|error|" else "magma"].copy()
-            cmap.set_bad("magenta")
+            cmap = matplotlib.colormaps["viridis" if what != "|error|" else "magma"].with_extremes(bad="magenta")
             shown = np.ma.masked_invalid(sl)
             im = ax.imshow(shown, aspect="auto", interpolation="nearest", cmap=cmap)
             ax.set_title(f"{name}: {what}")

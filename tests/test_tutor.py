@@ -1,0 +1,48 @@
+"""The grader as a tutor, on every module: the smallest failing shape, and a picture of the error."""
+from pathlib import Path
+
+import pytest
+
+from grader import catalogue
+from grader.cli import main
+
+WRONG = Path(__file__).with_name("wrong")
+# One wrong version per module whose failure is numeric (so there is an error to draw).
+NUMERIC_BUG = {
+    "00_naive_attention": "gqa_wrong_head",
+    "01_online_softmax": "no_max_subtraction",
+    "02_flash_forward": "no_rescale",
+    "03_flash_causal": "top_left_mask",
+    "04_splitkv_decode": "combine_without_max",
+    "05_paged_decode": "logical_page_as_physical",
+}
+
+
+@pytest.mark.parametrize("ex_id", [e.id for e in catalogue.EXERCISES])
+def test_plot_and_shrinking_work_on_every_module(ex_id, tmp_path, capsys, monkeypatch):
+    path = WRONG / ex_id / f"{NUMERIC_BUG.get(ex_id, '-')}.py"
+    if not path.is_file():
+        pytest.skip(f"no numeric wrong version for {ex_id} yet")
+    monkeypatch.setenv("GRADER_STATE_DIR", str(tmp_path / "state"))
+    rc = main(["check", ex_id, "--file", str(path), "--backend", "cpu", "--seed", "3", "--plot"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "Smallest failing shape found:" in out and "--shape " in out, out[-3000:]
+    png = next(line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("Picture of the error: "))
+    assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the replay command really reproduces the small failure
+    replay = next(line.split("Replay it: ", 1)[1] for line in out.splitlines() if "Replay it: " in line)
+    args = replay.split()[1:]
+    assert main(args) == 1
+    assert "custom" in capsys.readouterr().out
+
+
+def test_error_figure_for_notebooks():
+    import numpy as np
+
+    from grader.plot import error_figure
+    ref = {"o": np.ones((1, 2, 5, 4)), "lse": np.zeros((1, 2, 5))}
+    out = {"o": np.ones((1, 2, 5, 4)), "lse": np.zeros((1, 2, 5))}
+    out["o"][0, 1, 3, 2] = np.nan
+    fig = error_figure(ref, out, "t")
+    assert len(fig.axes) >= 6
