@@ -58,3 +58,16 @@ def attention_shapes(*, d_list=(32, 64, 96, 128)) -> list[Case]:
         ("long", dict(B=1, H=2, Hkv=1, Nq=129, Nk=257, d=64)),
     ]
     return [Case(name, p) for name, p in raw if p["d"] in d_list]
+
+
+# ---- what every prefill task (00, 02, 03) shares: fn(rt, q, k, v, scale) -> (o, lse) -----------
+
+def attention_reference(inputs: dict, causal: bool = False) -> dict:
+    from .. import references as R
+    o, lse = R.attention(inputs["q"], inputs["k"], inputs["v"], inputs["scale"], causal=causal)
+    return {"o": o, "lse": lse}
+
+
+def attention_call(fn, rt, inputs: dict, p: dict) -> dict:
+    o, lse = fn(rt, inputs["q"], inputs["k"], inputs["v"], inputs["scale"])
+    return {"o": o, "lse": lse}

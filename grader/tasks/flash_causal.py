@@ -12,7 +12,8 @@ import numpy as np
 from .. import references as R
 from ..bench import BenchCase
 from . import flash_forward as F
-from .common import F32_ABS, F32_REL, Case, attention_inputs, attention_shapes
+from .common import (F32_ABS, F32_REL, Case, attention_call, attention_inputs, attention_reference,
+                     attention_shapes)
 
 CASES = attention_shapes() + [
     Case("chunked_prefill", dict(B=1, H=2, Hkv=1, Nq=40, Nk=170, d=64)),
@@ -28,18 +29,12 @@ TOLERANCES = {"o": (F32_REL, F32_ABS), "lse": (F32_REL, F32_ABS)}
 TILES = F.TILES
 
 
-def make_inputs(p, rng):
-    return attention_inputs(p, rng)
+make_inputs = attention_inputs
+call = attention_call
 
 
 def reference(inputs, p):
-    o, lse = R.attention(inputs["q"], inputs["k"], inputs["v"], inputs["scale"], causal=True)
-    return {"o": o, "lse": lse}
-
-
-def call(fn, rt, inputs, p):
-    o, lse = fn(rt, inputs["q"], inputs["k"], inputs["v"], inputs["scale"])
-    return {"o": o, "lse": lse}
+    return attention_reference(inputs, causal=True)
 
 
 # ---- diagnosis ------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ import numpy as np
 
 from .. import references as R
 from ..bench import BenchCase
-from .common import F32_ABS, F32_REL, Case, attention_inputs, attention_shapes
+from .common import (F32_ABS, F32_REL, Case, attention_call, attention_inputs, attention_reference,
+                     attention_shapes)
 
 CASES = attention_shapes() + [
     Case("batch_and_heads", dict(B=3, H=4, Hkv=2, Nq=45, Nk=150, d=32)),
@@ -24,18 +25,12 @@ TOLERANCES = {"o": (F32_REL, F32_ABS), "lse": (F32_REL, F32_ABS)}
 TILES = (16, 32, 64, 128)
 
 
-def make_inputs(p, rng):
-    return attention_inputs(p, rng)
+make_inputs = attention_inputs
+call = attention_call
 
 
 def reference(inputs, p):
-    o, lse = R.attention(inputs["q"], inputs["k"], inputs["v"], inputs["scale"])
-    return {"o": o, "lse": lse}
-
-
-def call(fn, rt, inputs, p):
-    o, lse = fn(rt, inputs["q"], inputs["k"], inputs["v"], inputs["scale"])
-    return {"o": o, "lse": lse}
+    return attention_reference(inputs)
 
 
 # ---- diagnosis: replay a bug, see whether the student's output matches it ---------------------

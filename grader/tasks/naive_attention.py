@@ -1,8 +1,8 @@
 """Checks for 00_naive_attention: attention with GQA, no mask, materialised scores."""
 from __future__ import annotations
 
-from .. import references as R
-from .common import F32_ABS, F32_REL, Case, attention_inputs, attention_shapes
+from .common import (F32_ABS, F32_REL, Case, attention_call, attention_inputs, attention_reference,
+                     attention_shapes)
 
 CASES = attention_shapes() + [
     Case("n_256", dict(B=1, H=1, Hkv=1, Nq=256, Nk=256, d=64)),
@@ -12,18 +12,12 @@ CASES = attention_shapes() + [
 TOLERANCES = {"o": (F32_REL, F32_ABS), "lse": (F32_REL, F32_ABS)}
 
 
-def make_inputs(p, rng):
-    return attention_inputs(p, rng)
+make_inputs = attention_inputs
+call = attention_call
 
 
 def reference(inputs, p):
-    o, lse = R.attention(inputs["q"], inputs["k"], inputs["v"], inputs["scale"])
-    return {"o": o, "lse": lse}
-
-
-def call(fn, rt, inputs, p):
-    o, lse = fn(rt, inputs["q"], inputs["k"], inputs["v"], inputs["scale"])
-    return {"o": o, "lse": lse}
+    return attention_reference(inputs)
 
 
 def diagnose(ctx):
