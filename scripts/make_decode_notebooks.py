@@ -183,6 +183,8 @@ else:
 def write(name, cells):
     nb = nbf.v4.new_notebook()
     nb.cells = cells
+    for i, cell in enumerate(nb.cells):                # stable ids: regenerating changes nothing
+        cell.id = f"{name[:2]}-{i:02d}"
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbf.write(nb, ROOT / "notebooks" / name)
     print("wrote notebooks/" + name)

@@ -36,6 +36,7 @@ def gpu_available() -> bool:
 class GpuKernel:
     def __init__(self, rt, raw, name, params):
         self._rt, self._raw, self.name, self.params = rt, raw, name, params
+        self._attrs = None          # the driver's attributes, read once (not on every launch)
 
     @property
     def max_dynamic_shared_size_bytes(self):
@@ -58,7 +59,10 @@ class GpuKernel:
             if isinstance(a, np.ndarray):
                 raise LaunchError(f"{self.name}: argument {i + 1} is a NumPy array in host memory; "
                                   "the GPU needs rt.asarray(...) first.")
-        attrs = self._rt.resources.setdefault(self.name, self.attributes)
+        if self._attrs is None:
+            self._attrs = self.attributes
+            self._rt.resources[self.name] = self._attrs
+        attrs = self._attrs
         threads = block[0] * block[1] * block[2]
         if threads > attrs.get("max_threads_per_block", 1024):
             raise LaunchError(
@@ -107,6 +111,7 @@ class GpuRuntime(Runtime):
         self.max_shared_memory_per_block_optin = int(props["sharedMemPerBlockOptin"])
         self.compute_capability = f"{props['major']}{props['minor']}"
         self.resources: dict[str, dict] = {}   # kernel name -> attributes, for the report
+        self._modules: dict[tuple, GpuModule] = {}
 
     def compile(self, source: str, options=(), name_expressions=None):
         cupy = self.xp
@@ -114,13 +119,17 @@ class GpuRuntime(Runtime):
         opts = ("-std=c++17",) + tuple(options)
         if os.environ.get("GRADER_LINEINFO"):          # set by --sanitize: source lines in reports
             opts += ("-lineinfo",)
+        key = (code, opts, tuple(name_expressions or ()))
+        if key in self._modules:                       # same source, same module: no reload per call
+            return self._modules[key]
         try:
             raw = cupy.RawModule(code=code, options=opts,
                                  name_expressions=tuple(name_expressions) if name_expressions else None)
             raw.compile()
         except cupy.cuda.compiler.CompileException as e:
             raise CompileError("the kernel did not compile (NVRTC):", str(e)) from None
-        return GpuModule(self, raw, parse_signatures(source))
+        module = self._modules[key] = GpuModule(self, raw, parse_signatures(source))
+        return module
 
     def asarray(self, a, dtype=None):
         return self.xp.ascontiguousarray(self.xp.asarray(a, dtype=dtype))
