@@ -87,14 +87,18 @@ class GpuKernel:
 class GpuModule:
     def __init__(self, rt, raw, signatures):
         self._rt, self._raw, self._sig = rt, raw, signatures
+        self._kernels: dict[str, GpuKernel] = {}
 
     def get_function(self, name: str) -> GpuKernel:
+        if name in self._kernels:
+            return self._kernels[name]
         try:
             raw = self._raw.get_function(name)
         except Exception as e:
             raise CompileError(f"no kernel named {name!r} in the module ({e}). "
                                'Is it declared extern "C" __global__?') from e
-        return GpuKernel(self._rt, raw, name, self._sig.get(name))
+        kernel = self._kernels[name] = GpuKernel(self._rt, raw, name, self._sig.get(name))
+        return kernel
 
 
 class GpuRuntime(Runtime):
