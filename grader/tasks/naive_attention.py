@@ -26,3 +26,14 @@ def diagnose(ctx):
     from .flash_forward import output_causes, scores, setup_causes
     s, v = scores(ctx.inputs)
     return output_causes(ctx, s, v) or setup_causes(ctx)
+
+
+def _bench():
+    from ..bench import BenchCase
+    from .flash_forward import attention_flops, naive_cublas
+    shape = dict(B=1, H=16, Hkv=16, Nq=2048, Nk=2048, d=64)
+    return [BenchCase("B1_H16_N2048_d64", shape, flops=attention_flops(shape),
+                      baselines={"CuPy + cuBLAS (same three steps)": naive_cublas})]
+
+
+BENCH = _bench()
