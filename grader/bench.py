@@ -89,6 +89,9 @@ def bench(ex, path, as_json=False, quick=False) -> int:
             if "error" in r:
                 print(f"    {name:<22} failed: {r['error'][:100]}")
                 continue
-            ratio = f"  ({r['median_ms'] / yours:5.2f}× yours)" if yours and name != "yours" else ""
+            ratio = ""
+            if yours and name != "yours":
+                x = r["median_ms"] / yours
+                ratio = f"  (yours is {x:.2f}× faster)" if x >= 1 else f"  (yours is {1 / x:.2f}× slower)"
             print(f"    {name:<22} {r['median_ms']:9.3f} ms  {r['rate']:>16}{ratio}")
     return 0
