@@ -49,6 +49,8 @@ EXERCISES: tuple[Exercise, ...] = (
             "Subtract the row max before expf: expf(50) is fine but expf(100) overflows to inf, and inf/inf is NaN.",
             "lse = m + logf(l), where m is the row max and l = sum_j expf(s_j - m).",
             "A thread whose (i, j) is past the end must return before reading: the grid is rounded up.",
+            "TODO(4): one thread per element, so scores_grid = (cdiv(n_k, 16), cdiv(n_q, 16), B * H) for "
+            "16×16 blocks; softmax_grid = (cdiv(B * H * n_q, 128),) for 128 threads per block.",
         ),
     ),
     Exercise(
@@ -72,6 +74,8 @@ EXERCISES: tuple[Exercise, ...] = (
             "A single element x is the state (x, 1): the per-lane pass is one merge per element.",
             "for (int offset = 16; offset > 0; offset /= 2) merge your state with __shfl_xor_sync(0xffffffff, m, offset) and the same for l.",
             "After the xor butterfly every lane holds the row's (m, l): no broadcast needed.",
+            "TODO(4): a row whose entries are all -inf ends with m = -INFINITY; write y = 0 and lse = "
+            "-INFINITY for it instead of computing exp(-inf - -inf).",
         ),
     ),
     Exercise(
@@ -121,6 +125,8 @@ EXERCISES: tuple[Exercise, ...] = (
             "A tile is fully visible when its last key, kv_start + BLOCK_N - 1, is <= q_start + (Nk - Nq).",
             "With Nq > Nk the first Nq - Nk rows see nothing: keep l = 0 and write 0 and -INFINITY.",
             "exp2f(-INFINITY - -INFINITY) is NaN: while m_new is -INFINITY, use 0 in its place.",
+            "TODO(3) ends the kernel: the stub has no epilogue, so bring back your 02 TODO(5) (sum l "
+            "across the row's threads, write o = acc / l and lse) with l = 0 rows writing 0 and -INFINITY.",
         ),
     ),
     Exercise(

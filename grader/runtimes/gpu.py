@@ -15,13 +15,16 @@ def _import_cupy():
     except Exception as e:  # ImportError, or a CUDA library that fails to load
         raise RuntimeUnavailable(
             f"CuPy is not usable here ({type(e).__name__}: {e}). Install the extra that matches "
-            "your driver: pip install -e '.[cuda12]' or '.[cuda13]', or use --backend cpu.") from e
+            "your driver: pip install -e '.[cuda12]' or '.[cuda13]'. Without a GPU, `grader check` runs on the "
+            "CPU emulator (--backend cpu); `grader bench` needs a GPU.") from e
     try:
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:
-        raise RuntimeUnavailable(f"CuPy is installed but sees no GPU ({e}). Use --backend cpu.") from e
+        raise RuntimeUnavailable(f"CuPy is installed but sees no GPU ({e}). `grader check --backend cpu` "
+                                 "works without one; `grader bench` needs a GPU.") from e
     if n < 1:
-        raise RuntimeUnavailable("CuPy is installed but sees no GPU. Use --backend cpu.")
+        raise RuntimeUnavailable("CuPy is installed but sees no GPU. `grader check --backend cpu` works "
+                                 "without one; `grader bench` needs a GPU.")
     return cupy
 
 
