@@ -230,7 +230,7 @@ def cmd_watch(args) -> int:
     path = _target_file(ex, args)
     args.solution = False
     args.seed = args.shape = args.case = None
-    args.json = args.plot = args.no_shrink = False
+    args.json = args.plot = args.no_shrink = args.sanitize = False
     args.timeout = None
     runs = 0
 
