@@ -29,7 +29,8 @@ def error_figure(ref: dict, out: dict, title: str = ""):
     for row, name in zip(axes, names):
         want = np.asarray(ref[name], np.float64)
         got = np.asarray(out[name], np.float64)
-        err = np.abs(got - want)
+        with np.errstate(invalid="ignore"):
+            err = np.abs(got - want)
         err = np.where(np.isfinite(want) & ~np.isfinite(got), np.inf, np.nan_to_num(err, nan=0.0, posinf=0.0))
         flat = np.where(np.isfinite(err), err, -1)
         worst = np.unravel_index(int(np.argmax(np.where(np.isinf(err), np.finfo(float).max, flat))), err.shape)
