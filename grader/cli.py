@@ -67,9 +67,10 @@ def cmd_list(args) -> int:
         print(json.dumps({"exercises": rows, "next": next_id}, indent=1))
         return 0
     print("FlashAttention from scratch: the course\n")
+    width = max(len(r["title"]) for r in rows)
     for r in rows:
         mark = "→" if r["id"] == next_id else ("✓" if r["status"] == "done" else " ")
-        print(f" {mark} {r['id']:<20} {r['title']:<66} {r['status']}")
+        print(f" {mark} {r['id']:<20} {r['title']:<{width}}  {r['status']}")
     if next_id:
         print(f"\nNext: read modules/{next_id}.md, edit exercises/{next_id}.py, then "
               f"`grader check {next_id}`.")
