@@ -1,10 +1,9 @@
 """Wrong versions the checker must reject, each with the right explanation.
 
-tests/wrong/<exercise id>/<bug>.py is a complete exercise file with one planted bug. It declares
-    EXPECT = ["phrase", ...]   every phrase must appear in the first failing case's message
-    CASES = [...]              optional: only these cases (keeps CI fast)
+They are kept in tests/wrong/versions.py as edits of the solutions (one planted bug each), so they
+follow the solutions as those change.
 """
-import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,25 +11,29 @@ import pytest
 from grader import catalogue
 from grader.engine.check import run_check
 
-WRONG = sorted(Path(__file__).with_name("wrong").glob("*/*.py"))
+sys.path.insert(0, str(Path(__file__).with_name("wrong")))
+from versions import WRONG, build, write  # noqa: E402
 
 
-def _declared(path: Path, name: str, default=None):
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
-            return ast.literal_eval(node.value)
-    return default
+def test_every_module_has_at_least_three_wrong_versions():
+    for ex in catalogue.EXERCISES:
+        assert sum(w.exercise == ex.id for w in WRONG) >= 3, ex.id
 
 
-@pytest.mark.parametrize("path", WRONG, ids=[f"{p.parent.name}/{p.stem}" for p in WRONG])
-def test_wrong_version_is_rejected_with_the_right_explanation(path):
-    ex = catalogue.resolve(path.parent.name)
-    expect = _declared(path, "EXPECT")
-    assert expect, f"{path} must declare EXPECT = [...]"
-    report = run_check(ex, path, "cpu", seed=7, cases=_declared(path, "CASES"))
-    assert not report["passed"], f"{path.name} passed the check, but it is wrong"
+@pytest.mark.parametrize("w", WRONG, ids=[w.id for w in WRONG])
+def test_each_bug_still_applies_to_its_solution(w):
+    text = build(w)                   # raises when an edit no longer matches exactly once
+    assert all(new in text for _, new in w.edits)
+    assert text.startswith(f'"""WRONG VERSION of {w.exercise} ({w.name})')
+
+
+@pytest.mark.parametrize("w", WRONG, ids=[w.id for w in WRONG])
+def test_wrong_version_is_rejected_with_the_right_explanation(w, tmp_path):
+    ex = catalogue.resolve(w.exercise)
+    report = run_check(ex, write(w, tmp_path), "cpu", seed=7, cases=list(w.cases) if w.cases else None)
+    assert not report["passed"], f"{w.id} passed the check, but it is wrong"
     failing = [c for c in report["cases"] if not c["passed"] and c["kind"] != "not_run"]
     assert failing, report
     message = failing[0]["message"].lower()
-    for phrase in expect:
+    for phrase in w.expect:
         assert phrase.lower() in message, f"{phrase!r} not in the message:\n{failing[0]['message']}"

@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..runtimes.base import is_poison
+
 
 @dataclass
 class Comparison:
@@ -15,7 +17,7 @@ class Comparison:
     worst_got: float
     worst_want: float
     bad_nonfinite: np.ndarray          # True where the output is NaN/Inf but the reference is not
-    unwritten: np.ndarray              # True where the output is still NaN (the poison)
+    unwritten: np.ndarray              # True where the output still holds the grader's poison
     passed: bool
     reason: str
 
@@ -32,7 +34,7 @@ def compare(name: str, got, want, rel_tol: float, abs_tol: float) -> Comparison:
         raise ValueError(f"output {name!r} has shape {got.shape}, expected {want.shape}")
     g = got.astype(np.float64)
     finite_ref = np.isfinite(want)
-    unwritten = np.isnan(g)
+    unwritten = is_poison(got)
     bad_nonfinite = finite_ref & ~np.isfinite(g)
     # Where the reference itself is infinite (lse = -inf of a row with no key), demand the same.
     inf_mismatch = ~finite_ref & (g != want)

@@ -5,7 +5,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .compare import Comparison
 
 
 @dataclass
@@ -44,19 +43,27 @@ def generic(ctx: Context) -> str | None:
         return cause
     for name, c in ctx.cmp.items():
         got, want = np.asarray(ctx.out[name], np.float64), ctx.ref[name]
-        if c.bad_nonfinite.any() and got.ndim >= 2:
-            bad_rows = _rows(c.bad_nonfinite)
-            full_rows = _rows(c.bad_nonfinite & np.isnan(got)) & ~_rows(~np.isnan(got) & np.isfinite(want))
-            if full_rows.any() and full_rows.sum() == bad_rows.sum():
-                return (f"whole rows of {name} are NaN ({int(full_rows.sum())} of {bad_rows.size} rows). "
+        if c.unwritten.any():
+            first = tuple(int(i) for i in np.argwhere(c.unwritten)[0])
+            return (f"{int(c.unwritten.sum())} of {c.unwritten.size} elements of {name} were never "
+                    f"written (they still hold the NaN the grader filled {name} with), first at "
+                    f"{name}{list(first)}. Does the launch grid cover every element, and does every "
+                    "thread that owns an element reach the store?")
+        computed = c.bad_nonfinite
+        if computed.any() and got.ndim >= 2:
+            nan_rows = _rows(computed & np.isnan(got))
+            fine_rows = _rows(~np.isnan(got) & np.isfinite(want))
+            full_rows = nan_rows & ~fine_rows
+            if full_rows.any() and full_rows.sum() == _rows(computed).sum():
+                return (f"whole rows of {name} are NaN ({int(full_rows.sum())} of {full_rows.size} rows). "
                         "Typical cause: a row whose running max is still -INFINITY computes "
                         "expf(-inf - -inf) = NaN, or 0/0 when l = 0. Guard the rescale and the final "
                         "division for rows that have seen no key yet.")
-            if c.unwritten.any() and not c.unwritten.all():
-                first = tuple(int(i) for i in np.argwhere(c.unwritten)[0])
-                return (f"{int(c.unwritten.sum())} elements of {name} are NaN, first at {name}{list(first)}: "
-                        "either they were never written (is the grid large enough to cover every "
-                        "element?) or a computation produced NaN (expf(-inf - -inf), 0/0).")
+        if computed.any():
+            first = tuple(int(i) for i in np.argwhere(computed)[0])
+            return (f"the kernel computed NaN/inf in {int(computed.sum())} elements of {name}, first at "
+                    f"{name}{list(first)}. Typical causes: expf(-inf - -inf) for a row that has seen "
+                    "no key yet, 0/0 when l = 0, or expf overflowing without the max subtracted.")
         if np.isfinite(got).all() and not np.any(got) and np.any(want):
             return f"{name} is all zeros: the result is computed but never stored, or stored elsewhere."
         if got.ndim >= 2 and np.isfinite(got).all() and name != "lse":
