@@ -22,7 +22,7 @@ def doctor() -> int:
     print(f"Python      {sys.version.split()[0]} ({platform.machine()}, {platform.system()})")
     print(f"NumPy       {numpy.__version__}")
 
-    gpu_line, gpu_ok, gpu_why = None, False, ""
+    gpu_line, gpu_why = None, ""
     try:
         import cupy
         try:
@@ -35,7 +35,6 @@ def doctor() -> int:
                 gpu_line = (f"{name}, {props['multiProcessorCount']} SMs, compute capability "
                             f"{props['major']}.{props['minor']}, driver CUDA {drv // 1000}.{drv % 1000 // 10}, "
                             f"CuPy {cupy.__version__} built for CUDA {rtv // 1000}.{rtv % 1000 // 10}")
-                gpu_ok = True
             else:
                 gpu_why = f"CuPy {cupy.__version__} is installed but sees no GPU"
         except Exception as e:
