@@ -117,3 +117,21 @@ def test_partly_unwritten_output_is_named(tmp_path):
             "    return o, rt.zeros(q.shape[:3])\n")
     report = run_check(EX, write(tmp_path, body), "cpu", 1, cases=["tiny"])
     assert "were never written" in report["cases"][0]["message"]
+
+
+def test_per_row_factor_is_named_only_when_nearly_every_row_is_scaled(tmp_path):
+    from grader import references as R
+    scaled = ("    o, lse = R.attention(rt.to_numpy(q), rt.to_numpy(k), rt.to_numpy(v), scale)\n"
+              "    o = o * (2.0 + np.arange(o.shape[2]))[:, None]\n"
+              "    return rt.asarray(o.astype(np.float32)), rt.asarray(lse.astype(np.float32))\n")
+    header = "from grader import references as R\n"
+    every = write(tmp_path, scaled)
+    every.write_text(header + every.read_text())
+    msg = run_check(EX, every, "cpu", 1, cases=["primes"])["cases"][0]["message"]
+    assert "times a constant factor" in msg
+    one = write(tmp_path, "    o0, lse0 = R.attention(rt.to_numpy(q), rt.to_numpy(k), rt.to_numpy(v), scale)\n"
+                "    o0[:, :, 3] *= 2.0\n"
+                "    return rt.asarray(o0.astype(np.float32)), rt.asarray(lse0.astype(np.float32))\n")
+    one.write_text(header + one.read_text())
+    msg = run_check(EX, one, "cpu", 1, cases=["primes"])["cases"][0]["message"]
+    assert "constant factor" not in msg and "relative error" in msg
