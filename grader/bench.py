@@ -1,27 +1,19 @@
 """`grader bench`: median GPU time of a kernel next to CuPy baselines, with TFLOP/s or GB/s.
 
-A task's BENCH is a list of BenchCase. Each names its inputs' shape, how to make them, the figure that
-matters (FLOPs for compute-bound kernels, bytes for memory-bound ones) and baselines: callables
-(rt, inputs) -> outputs, timed exactly like the student's function.
+A task's bench.py holds BENCH, a list of spec.BenchCase. Each names its inputs' shape, the figure
+that matters (FLOPs for compute-bound kernels, bytes for memory-bound ones) and baselines: callables
+(BenchContext) -> outputs, timed exactly like the student's function. Baselines that need the course's
+own solution of a module get it from BenchContext.solution: this command loads it, not the task.
 """
 from __future__ import annotations
 
+import functools
 import json
-from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
-from .runtimes.base import GraderError
-
-
-@dataclass
-class BenchCase:
-    name: str
-    params: dict
-    flops: float = 0.0                    # for TFLOP/s
-    bytes: float = 0.0                    # for GB/s
-    baselines: dict[str, Callable] = field(default_factory=dict)
+from .errors import GraderError
+from .spec import BenchCase, BenchContext
 
 
 def time_gpu(fn, rt, warmup=3, reps=20) -> list[float]:
@@ -50,23 +42,26 @@ def rate(case: BenchCase, ms: float) -> str:
 
 
 def bench(ex, path, as_json=False, quick=False) -> int:
+    from .course import load
     from .engine.runner import case_rng, load_exercise_function
     from .runtimes import get_runtime
-    from .tasks import load_task
+    from .tasks import load_piece, load_task
     rt = get_runtime("gpu")  # raises RuntimeUnavailable with advice when there is no GPU
     task = load_task(ex)
-    cases = getattr(task, "BENCH", None)
+    cases = getattr(load_piece(ex, "bench"), "BENCH", None)
     if not cases:
         raise GraderError(f"{ex.id} has no benchmark yet.")
     fn = load_exercise_function(ex, path)
+    solution = functools.lru_cache(maxsize=None)(load)      # each module's solution imported once
     reps, warmup = (5, 1) if quick else (20, 3)
     rows = []
     for case in cases:
         inputs = task.make_inputs(case.params, case_rng(0, case.name))
         dev = {k: rt.asarray(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
         contenders = {"yours": lambda: task.call(fn, rt, dev, case.params)}
+        ctx = BenchContext(rt, dev, case.params, solution)
         for name, base in case.baselines.items():
-            contenders[name] = (lambda b=base: b(rt, dev, case.params))
+            contenders[name] = (lambda b=base: b(ctx))
         row = {"case": case.name, "params": case.params, "results": {}}
         for name, f in contenders.items():
             try:

@@ -1,4 +1,4 @@
-"""The `grader` command: list, check, hint, bench, doctor (and `stubs` for instructors).
+"""The `grader` command: list, check, hint, bench, doctor (and `stubs`, `notebooks` for instructors).
 
 Exit codes: 0 success, 1 a check failed, 2 a usage or environment error.
 """
@@ -324,6 +324,29 @@ def cmd_stubs(args) -> int:
     return 0
 
 
+def cmd_notebooks(args) -> int:
+    from .notebooks import render
+    exes = [_exercise(i) for i in args.ids] if args.ids else list(catalogue.EXERCISES)
+    stale = 0
+    for ex in exes:
+        dst = paths.notebook_file(ex.id)
+        text = render(ex)
+        if dst.is_file() and dst.read_text() == text:
+            continue
+        stale += 1
+        rel = dst.relative_to(paths.course_root())
+        if args.check:
+            print(f"{rel} differs from its generation from grader/tasks/{ex.name}/notebook.py")
+        else:
+            dst.write_text(text)
+            print(f"wrote {rel}")
+    if args.check:
+        print("notebooks are up to date" if not stale else
+              f"{stale} notebook(s) out of date: run `grader notebooks`")
+        return 1 if stale else 0
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="grader", description="FlashAttention from scratch: check, hint, "
                                 "bench. Exercise ids may be given as 02_flash_forward, 02, 2 or flash_forward.")
@@ -379,6 +402,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("ids", nargs="*")
     s.add_argument("--check", action="store_true", help="only report stubs that differ; exit 1 if any")
     s.set_defaults(func=cmd_stubs)
+
+    s = sub.add_parser("notebooks", help="(instructors) generate notebooks/ from grader/tasks/*/notebook.py")
+    s.add_argument("ids", nargs="*")
+    s.add_argument("--check", action="store_true", help="only report notebooks that differ; exit 1 if any")
+    s.set_defaults(func=cmd_notebooks)
     return p
 
 

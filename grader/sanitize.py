@@ -1,19 +1,17 @@
 """`grader check ID --sanitize`: one case under NVIDIA's compute-sanitizer, in the course's words.
 
-Each tool runs the case in a fresh process (`python -m grader.sanitize CONFIG`) with line info
-compiled in, and what it reports is translated: memcheck (out-of-bounds accesses), racecheck
+Each tool runs the case in a fresh process (the pytest plugin of `grader check`, with one --shape)
+with line info compiled in and a plain cudaMalloc per array, and what it reports is translated: memcheck (out-of-bounds accesses), racecheck
 (shared-memory races: a missing __syncthreads), synccheck (barriers in divergent code) and initcheck
 (reads of memory nothing wrote).
 """
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -104,14 +102,14 @@ def run_sanitizers(ex, path: Path, params: dict, seed: int, tools=TOOLS, timeout
         raise GraderError("compute-sanitizer is not installed here. It comes with the CUDA toolkit "
                           "(https://developer.nvidia.com/cuda-downloads); `--backend cpu` finds most of "
                           "the same bugs without it.")
+    from .engine.check import child_command, child_env, plugin_args
     results = {}
     with tempfile.TemporaryDirectory(prefix="grader-san-") as tmp:
-        cfg = Path(tmp) / "case.json"
-        cfg.write_text(json.dumps({"exercise": ex.id, "file": str(path), "params": params, "seed": seed}))
-        env = dict(os.environ, GRADER_LINEINFO="1", PYTHONUNBUFFERED="1")
+        # The same child as `grader check`, in one-case mode: the case's shape, no shrinking.
+        plugin = plugin_args(ex, path, "gpu", seed, shape=params, shrink=False)
+        env = dict(child_env(), GRADER_LINEINFO="1", GRADER_PLAIN_MALLOC="1")
         for tool in tools:
-            cmd = [exe, "--tool", tool, "--print-limit", "20", sys.executable, "-m", "grader.sanitize",
-                   str(cfg)]
+            cmd = [exe, "--tool", tool, "--print-limit", "20", *child_command(plugin, Path(tmp))]
             try:
                 p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
                 out = p.stdout + p.stderr
@@ -124,23 +122,3 @@ def run_sanitizers(ex, path: Path, params: dict, seed: int, tools=TOOLS, timeout
             results[tool] = {"findings": findings, "clean": bool(clean), "raw": out[-3000:]}
     return results
 
-
-def _run_one(cfg_path: str) -> int:
-    """Inside the sanitizer: run one case on the GPU, in this process."""
-    from .catalogue import resolve
-    from .engine.runner import load_exercise_function, run_case
-    from .runtimes import get_runtime
-    from .tasks.common import Case
-    cfg = json.loads(Path(cfg_path).read_text())
-    ex = resolve(cfg["exercise"])
-    import cupy
-    cupy.cuda.set_allocator(None)   # plain cudaMalloc per array, so memcheck knows each array's end
-    rt = get_runtime("gpu")
-    fn = load_exercise_function(ex, Path(cfg["file"]))
-    r = run_case(ex, Case("custom", cfg["params"]), fn, rt, int(cfg["seed"]), Path(cfg["file"]))
-    print(f"case: passed={r.passed} kind={r.kind}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(_run_one(sys.argv[1]))

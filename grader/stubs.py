@@ -57,3 +57,15 @@ def derive_stub(solution: str, name: str = "solution") -> str:
 
 def todo_numbers(text: str) -> list[int]:
     return sorted({int(n) for n in TODO_NUM.findall(text)})
+
+
+def todo_texts(solution: str) -> dict[int, str]:
+    """{n: what TODO(n) asks for}, from a solution's BEGIN SOLUTION markers (the first one wins
+    when a TODO spans several blocks)."""
+    out: dict[int, str] = {}
+    for line in solution.splitlines():
+        m = BEGIN.match(line)
+        if m:
+            n, _, text = m["todo"].partition(":")
+            out.setdefault(int(TODO_NUM.match(n)[1]), text.strip())
+    return out

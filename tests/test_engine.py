@@ -120,11 +120,11 @@ def test_partly_unwritten_output_is_named(tmp_path):
 
 
 def test_per_row_factor_is_named_only_when_nearly_every_row_is_scaled(tmp_path):
-    from grader import references as R
+    from grader.attention import references as R
     scaled = ("    o, lse = R.attention(rt.to_numpy(q), rt.to_numpy(k), rt.to_numpy(v), scale)\n"
               "    o = o * (2.0 + np.arange(o.shape[2]))[:, None]\n"
               "    return rt.asarray(o.astype(np.float32)), rt.asarray(lse.astype(np.float32))\n")
-    header = "from grader import references as R\n"
+    header = "from grader.attention import references as R\n"
     every = write(tmp_path, scaled)
     every.write_text(header + every.read_text())
     msg = run_check(EX, every, "cpu", 1, cases=["primes"])["cases"][0]["message"]

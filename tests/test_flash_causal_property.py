@@ -4,7 +4,7 @@ and must not move the running max)."""
 import numpy as np
 import pytest
 
-from grader import references as R
+from grader.attention import references as R
 from grader.course import load
 from grader.runtimes import get_runtime
 

@@ -3,7 +3,7 @@ and against each other."""
 import numpy as np
 import pytest
 
-from grader import references as R
+from grader.attention import references as R
 
 
 def rand(rng, *shape):

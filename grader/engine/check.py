@@ -1,4 +1,5 @@
-"""The parent side of a check: start the worker, watch it with a time limit, collect the verdicts.
+"""The parent side of a check: start the pytest plugin in a child process, watch it with a time
+limit, collect the verdicts.
 
 A kernel that crashes, hangs, or poisons the GPU context takes only the child process down; the
 grader reports it as a failed case and carries on.
@@ -16,7 +17,8 @@ import time
 from pathlib import Path
 
 from ..catalogue import Exercise
-from .runner import CaseResult
+from ..errors import GraderError
+from .runner import CaseResult, select_cases
 
 DEFAULT_CASE_TIMEOUT = {"gpu": 60.0, "cpu": 120.0}
 STARTUP_TIMEOUT = 120.0   # importing CuPy and compiling the first kernel can be slow
@@ -34,35 +36,57 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+def plugin_args(ex: Exercise, path: Path, backend: str, seed: int, cases: list[str] | None = None,
+                shape: dict | None = None, shrink: bool = True, plot_dir: str | None = None) -> list[str]:
+    """The command line of the pytest plugin that runs these cases (see grader/plugin.py)."""
+    from .runner import format_shape
+    args = ["-p", "grader.plugin", "--exercise", ex.id, "--file", str(path), "--backend", backend,
+            "--seed", str(seed)]
+    for c in cases or ():
+        args += ["--case", c]
+    if shape:
+        args += ["--shape", format_shape(shape)]
+    if not shrink:
+        args.append("--no-shrink")
+    if plot_dir:
+        args += ["--plot-dir", plot_dir]
+    return args
+
+
+def child_command(plugin: list[str], tmp: Path) -> list[str]:
+    """`python -m pytest` with the plugin, isolated from any pytest configuration around it (an empty
+    ini file in a private folder is the config and the root), writing no cache anywhere."""
+    ini = tmp / "pytest.ini"
+    ini.write_text("[pytest]\n")
+    return [sys.executable, "-m", "pytest", *plugin, "-q", "--no-header", "-p", "no:cacheprovider",
+            "-c", str(ini), "--rootdir", str(tmp), "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+
+
+def child_env() -> dict:
+    """The child finds the course even when it runs from elsewhere."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    try:
+        from ..paths import course_root
+        env.setdefault("GRADER_ROOT", str(course_root()))
+    except GraderError:
+        pass
+    return env
+
+
 def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: float | None = None,
               cases: list[str] | None = None, shape: dict | None = None, shrink: bool = True,
               plot_dir: str | None = None) -> dict:
-    """Run every case of `ex` on the file at `path`; returns DESIGN.md's JSON report (plus extras)."""
-    from ..tasks import load_task
-    from ..tasks.common import Case
-    task = load_task(ex)
-    if shape:
-        base = task.CASES[0].params if task.CASES else {}
-        all_cases = [Case("custom", dict(base, **shape))]
-    else:
-        all_cases = [c for c in task.CASES if not cases or c.name in cases]
-        unknown = set(cases or ()) - {c.name for c in all_cases}
-        if unknown:
-            from ..runtimes.base import GraderError
-            raise GraderError(f"{ex.id} has no case named {', '.join(sorted(unknown))}. Its cases: "
-                              + ", ".join(c.name for c in task.CASES))
+    """Run every case of `ex` on the file at `path`; returns the JSON report of `grader check --json`."""
+    all_cases = select_cases(ex, cases, shape)       # a bad --case is a usage error, before any child
     case_timeout = case_timeout or DEFAULT_CASE_TIMEOUT.get(backend, 120.0)
     with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
         events = Path(tmp) / "events.jsonl"
         events.touch()
-        cfg = Path(tmp) / "config.json"
-        cfg.write_text(json.dumps({"exercise": ex.id, "file": str(path), "backend": backend,
-                                   "seed": seed, "events": str(events), "cases": cases,
-                                   "shape": shape, "shrink": shrink, "plot_dir": plot_dir}))
+        plugin = plugin_args(ex, path, backend, seed, cases, shape, shrink, plot_dir)
         log = open(Path(tmp) / "worker.log", "w+")
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        proc = subprocess.Popen([sys.executable, "-m", "grader.engine.worker", str(cfg)],
-                                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(child_command(plugin + ["--events", str(events)], Path(tmp)),
+                                stdout=log, stderr=subprocess.STDOUT, env=child_env(),
+                                start_new_session=True)
         results: dict[str, CaseResult] = {}
         fatal = None
         resources: dict = {}

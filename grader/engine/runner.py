@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from ..catalogue import Exercise
-from ..runtimes.base import (CompileError, GraderError, KernelFault, LaunchError, is_poison,
-                             register_origin)
+from ..errors import CompileError, GraderError, KernelFault, LaunchError
+from ..runtimes.base import is_poison, register_origin
+from ..spec import Case
 from ..tasks import load_task
 from . import diagnose as dg
 from .compare import compare
@@ -35,6 +36,20 @@ class CaseResult:
             if isinstance(d[key], float) and not np.isfinite(d[key]):
                 d[key] = str(d[key])
         return d
+
+
+def select_cases(ex: Exercise, names: list[str] | None = None, shape: dict | None = None) -> list[Case]:
+    """The cases a check runs: all of them, the ones named, or one "custom" case of the given shape
+    (the first case's parameters, overridden)."""
+    task = load_task(ex)
+    if shape:
+        base = task.CASES[0].params if task.CASES else {}
+        return [Case("custom", dict(base, **shape))]
+    unknown = set(names or ()) - {c.name for c in task.CASES}
+    if unknown:
+        raise GraderError(f"{ex.id} has no case named {', '.join(sorted(unknown))}. Its cases: "
+                          + ", ".join(c.name for c in task.CASES))
+    return [c for c in task.CASES if not names or c.name in names]
 
 
 def load_exercise_function(ex: Exercise, path: Path):
@@ -184,7 +199,6 @@ def shrink(ex: Exercise, params: dict, fn, rt, seed: int, path: Path, max_tries=
     The shrunk case is named "custom", like a case given with --shape, so the replay is exact.
     """
     import time
-    from ..tasks.common import Case
     task = load_task(ex)
     best, best_result = None, None
     current = dict(params)

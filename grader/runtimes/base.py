@@ -23,6 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import (CompileError, GraderError, KernelFault, LaunchError,  # noqa: F401  (re-exported)
+                      RuntimeUnavailable)
+
 # Prepended to every kernel source by both runtimes. NVRTC has no <math.h> or <float.h>, so the
 # constants a kernel needs most are defined here (guarded, so a host compiler's own win).
 PRELUDE = r"""
@@ -45,30 +48,6 @@ PRELUDE = r"""
 #define M_LN2_F 0.6931471805599453f
 #endif
 """
-
-
-class GraderError(Exception):
-    """An error the grader reports to the student as it is (no traceback)."""
-
-
-class RuntimeUnavailable(GraderError):
-    """The requested backend cannot run on this machine."""
-
-
-class CompileError(GraderError):
-    """The kernel source did not compile. ``log`` holds the compiler's own message."""
-
-    def __init__(self, message: str, log: str = ""):
-        super().__init__(message + ("\n" + log if log else ""))
-        self.log = log
-
-
-class LaunchError(GraderError):
-    """A launch was refused before it ran (bad grid, block, argument or shared memory)."""
-
-
-class KernelFault(GraderError):
-    """The kernel did something wrong while running (out of bounds, deadlock, race ...)."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -112,6 +112,8 @@ class GpuRuntime(Runtime):
         self.xp = cupy
         dev = cupy.cuda.Device()
         props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+        if os.environ.get("GRADER_PLAIN_MALLOC"):      # set by --sanitize: one cudaMalloc per array,
+            cupy.cuda.set_allocator(None)              # so memcheck knows where each array ends
         self.device_name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
         self.multiprocessor_count = int(props["multiProcessorCount"])
         self.max_shared_memory_per_block = int(props["sharedMemPerBlock"])

@@ -1,22 +1,36 @@
-"""One module per exercise: its cases as data, input generator, reference, tolerances and bench.
+"""One folder per module: grader/tasks/NAME/ for the exercise id NN_NAME.
 
-A task module defines:
-    CASES        list of Case, from small to large (names are unique)
-    make_inputs(params, rng) -> dict of named NumPy inputs (arrays and Python scalars)
-    reference(inputs, params) -> dict of named float64 outputs
-    call(fn, rt, inputs, params) -> dict of named outputs; `inputs` arrays are already on rt's device
-    TOLERANCES   {output name: (max relative Frobenius error, max absolute error)}
-optionally:
-    diagnose(ctx) -> str | None     a likely cause, from the shape of the error (see engine/diagnose.py)
-    BENCH        a list of BenchCase for `grader bench`
+    __init__.py   catalogue data: TITLE, ENTRY (the function the exercise defines), GOALS, HINTS
+    checks.py     CASES (small to large, unique names), TOLERANCES {output: spec.Tolerance},
+                  make_inputs(params, rng) -> NumPy inputs, reference(inputs, params) -> float64
+                  outputs, call(fn, rt, inputs, params) -> outputs; optionally diagnose(ctx),
+                  valid(params) and SHRINK_KEYS for shrinking
+    bench.py      BENCH: a list of spec.BenchCase for `grader bench`
+    wrong.py      WRONG: the wrong versions the checks must reject (grader.wrong.Wrong)
+    notebook.py   CELLS: the class notebook's cells, from which notebooks/ID.ipynb is generated
+
+Task folders import the attention kit (grader/attention/) and the spec types, never each other and
+never a solution.
 """
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
 
-from ..catalogue import Exercise
+PIECES = ("checks", "bench", "wrong", "notebook")
 
 
-def load_task(ex: Exercise) -> ModuleType:
-    return importlib.import_module(f"grader.tasks.{ex.name}")
+def package(name: str) -> ModuleType:
+    """grader.tasks.NAME itself (the catalogue data)."""
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def load_piece(ex, piece: str) -> ModuleType:
+    if piece not in PIECES:
+        raise ValueError(f"unknown piece {piece!r} of a task; the pieces are {', '.join(PIECES)}")
+    return importlib.import_module(f"{__name__}.{ex.name}.{piece}")
+
+
+def load_task(ex) -> ModuleType:
+    """The checks of exercise `ex` (a catalogue.Exercise)."""
+    return load_piece(ex, "checks")

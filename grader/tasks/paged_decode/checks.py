@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import references as R
-from ..bench import BenchCase
-from .common import F32_ABS, F32_REL, Case
-from .splitkv_decode import (SHRINK_KEYS, _close, _row_errors, _solution, context_lens, copy_baseline,  # noqa: F401
-                             decode_diagnose, decode_qkv, kv_bytes, valid)
+from ...attention import references as R
+from ...attention import replays
+from ...attention.calls import split_option
+from ...attention.inputs import context_lens, decode_qkv, valid_decode_shape
+from ...spec import F32, Case
 
 C = Case
 CASES = [
@@ -31,7 +31,9 @@ CASES = [
     C("lse_near_120", dict(B=2, H=4, Hkv=2, d=64, lens="150/64", shift=120.0, num_splits=4)),
     C("long_context", dict(B=1, H=8, Hkv=2, d=128, lens="509")),
 ]
-TOLERANCES = {"o": (F32_REL, F32_ABS), "lse": (F32_REL, F32_ABS)}
+TOLERANCES = {"o": F32, "lse": F32}
+SHRINK_KEYS = ("B", "H", "Hkv", "d", "page_size")
+valid = valid_decode_shape
 
 
 def make_inputs(p, rng):
@@ -70,9 +72,8 @@ def reference(inputs, p):
 
 
 def call(fn, rt, inputs, p):
-    kw = {"num_splits": p["num_splits"]} if p.get("num_splits") else {}
     o, lse = fn(rt, inputs["q"], inputs["k_pages"], inputs["v_pages"], inputs["block_table"],
-                inputs["context_lens"], inputs["scale"], **kw)
+                inputs["context_lens"], inputs["scale"], **split_option(p))
     return {"o": o, "lse": lse}
 
 
@@ -91,7 +92,7 @@ def _matches(ctx, k_pages, v_pages, block_table) -> bool:
         return False
     o, _ = R.paged_decode_attention(i["q"], k_pages, v_pages, block_table, i["context_lens"], i["scale"])
     live = np.asarray(i["context_lens"]) > 0
-    return bool(live.any()) and _close(np.asarray(ctx.out["o"])[live], o[live])
+    return bool(live.any()) and replays.close(np.asarray(ctx.out["o"])[live], o[live])
 
 
 def diagnose(ctx):
@@ -100,7 +101,7 @@ def diagnose(ctx):
     num_pages, ps, Hkv, d = kp.shape
     B, max_pages = bt.shape
     logical = np.tile(np.arange(max_pages, dtype=np.int32), (B, 1))
-    if _row_errors(ctx)[lens > 0].any() and not np.array_equal(bt[bt >= 0], logical[bt >= 0]):
+    if replays.row_errors(ctx)[lens > 0].any() and not np.array_equal(bt[bt >= 0], logical[bt >= 0]):
         for table, how in ((logical, "j / page_size"),
                            (logical + max_pages * np.arange(B, dtype=np.int32)[:, None],
                             "b · max_pages + j / page_size")):
@@ -115,36 +116,11 @@ def diagnose(ctx):
                 return ("page layout: the kernel reads a page as [Hkv, page_size, d], but it is "
                         "[page_size, Hkv, d]: row (page, slot, kv) starts at "
                         "((page · page_size + slot) · Hkv + kv) · d.")
-    cause = decode_diagnose(ctx, _gathered)
+    cause = replays.decode_diagnose(ctx, _gathered)
     if cause:
         return cause
-    if p.get("shuffle", True) and _row_errors(ctx)[lens > 0].any():
+    if p.get("shuffle", True) and replays.row_errors(ctx)[lens > 0].any():
         return ("the pages of this case are shuffled and scattered: if pages_in_order passes, check the "
                 "page lookup (page = block_table[b][j / page_size], slot = j % page_size) and that the "
                 "last, partial page stops at context_lens[b].")
     return None
-
-
-# ---- benchmark -------------------------------------------------------------------------------------
-
-def _splitkv_baseline(rt, dev, p):
-    """Module 04's solution on the same keys and values, laid out contiguously."""
-    fn = _solution("04_splitkv_decode").splitkv_decode
-    return fn(rt, dev["q"], dev["k_cache"], dev["v_cache"], dev["context_lens"], dev["scale"])
-
-
-def _single_split_baseline(rt, dev, p):
-    return call(_solution("05_paged_decode").paged_decode, rt, dev, dict(p, num_splits=1))
-
-
-def _bench_case(name, **p):
-    return BenchCase(name, p, bytes=kv_bytes(p),
-                     baselines={"copy bandwidth": copy_baseline, "solution, 1 split": _single_split_baseline,
-                                "04 solution, same data": _splitkv_baseline})
-
-
-BENCH = [
-    _bench_case("batch 1, long context", B=1, H=32, Hkv=8, d=128, ctx=65536, page_size=16,
-                contiguous_copy=True),
-    _bench_case("batch 64", B=64, H=32, Hkv=8, d=128, ctx=2048, page_size=16, contiguous_copy=True),
-]

@@ -1,23 +1,9 @@
-"""What the tasks share: cases, input generators and the tolerances of float32 kernels."""
+"""Input generators: fresh random float32 inputs (never zeros), as the tasks' cases describe them."""
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import numpy as np
 
-# float32 accumulation over a few hundred terms lands near 1e-6 relative error; 2e-5 leaves room for
-# exp2/__expf tricks while anything structurally wrong (a missed rescale, a wrong mask) is far above.
-F32_REL = 2e-5
-F32_ABS = 2e-4
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    params: dict = field(default_factory=dict)
-
-    def describe(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in self.params.items())
+from ..spec import Case
 
 
 def attention_inputs(p: dict, rng: np.random.Generator) -> dict:
@@ -40,7 +26,7 @@ def attention_inputs(p: dict, rng: np.random.Generator) -> dict:
 
 
 def attention_shapes(*, d_list=(32, 64, 96, 128)) -> list[Case]:
-    """DESIGN.md's edge cases for prefill attention, small to large."""
+    """The edge cases every prefill module is checked on, small to large."""
     raw = [
         ("one_query_one_key", dict(B=1, H=1, Hkv=1, Nq=1, Nk=1, d=32)),
         ("tiny", dict(B=1, H=1, Hkv=1, Nq=3, Nk=5, d=32)),
@@ -60,14 +46,37 @@ def attention_shapes(*, d_list=(32, 64, 96, 128)) -> list[Case]:
     return [Case(name, p) for name, p in raw if p["d"] in d_list]
 
 
-# ---- what every prefill task (00, 02, 03) shares: fn(rt, q, k, v, scale) -> (o, lse) -----------
+# ---- decode (modules 04, 05): parameters are scalars so a shape replays with --shape ------------
 
-def attention_reference(inputs: dict, causal: bool = False) -> dict:
-    from .. import references as R
-    o, lse = R.attention(inputs["q"], inputs["k"], inputs["v"], inputs["scale"], causal=causal)
-    return {"o": o, "lse": lse}
+def context_lens(p) -> np.ndarray:
+    """[B] int32 from `lens` ("a/b/c", cycled over the batch) or `ctx` (the same for all)."""
+    vals = [int(x) for x in str(p["lens"]).split("/")] if "lens" in p else [int(p["ctx"])]
+    return np.array([vals[b % len(vals)] for b in range(p["B"])], dtype=np.int32)
 
 
-def attention_call(fn, rt, inputs: dict, p: dict) -> dict:
-    o, lse = fn(rt, inputs["q"], inputs["k"], inputs["v"], inputs["scale"])
-    return {"o": o, "lse": lse}
+def decode_qkv(p, rng, n_keys_shape):
+    """q [B, H, d] and keys/values of the given leading shape (..., d), float32, never zeros.
+
+    logit: scores reach about ±logit (softmax close to one-hot).
+    shift: every score of a row gets about +shift through a direction shared by q and all keys, so
+           lse ≈ shift while the softmax stays spread out: exp(lse) overflows float32 past 88.
+    """
+    B, H, d = p["B"], p["H"], p["d"]
+    q = rng.standard_normal((B, H, d), dtype=np.float32)
+    k = rng.standard_normal(n_keys_shape + (d,), dtype=np.float32)
+    v = rng.standard_normal(n_keys_shape + (d,), dtype=np.float32)
+    if p.get("logit"):
+        stretch = np.float32(np.sqrt(p["logit"] / 3.0))
+        q, k = q * stretch, k * stretch
+    if p.get("shift"):
+        u = rng.standard_normal(d)
+        u /= np.linalg.norm(u)
+        a = np.sqrt(p["shift"] * np.sqrt(d))                # scale · a² = shift with scale = 1/sqrt(d)
+        q = (q + a * u).astype(np.float32)
+        k = (k + a * u).astype(np.float32)
+    return q, k, v
+
+
+def valid_decode_shape(p) -> bool:
+    """Shapes the decode kernels accept: d a multiple of 4 up to 128, at most 16 query heads per kv head."""
+    return p["d"] % 4 == 0 and p["d"] <= 128 and p["H"] % p["Hkv"] == 0 and p["H"] // p["Hkv"] <= 16

@@ -1,6 +1,6 @@
 """Float64 references for every module, written for clarity, not speed.
 
-They follow DESIGN.md's numeric conventions:
+They follow the numeric conventions of docs/design.md:
 - q [B, H, Nq, d]; k, v [B, Hkv, Nk, d]; query head h reads kv head h // (H // Hkv).
 - scale defaults to 1/sqrt(d); lse is the natural-log log-sum-exp of the scaled scores.
 - causal masks are aligned bottom-right: query i sees key j iff j <= i + (Nk - Nq).

@@ -1,0 +1,66 @@
+"""What `grader bench` times a kernel against, and the counts that turn a time into a rate.
+
+A baseline is a callable (BenchContext) -> outputs, timed exactly like the student's function. The
+counts: FLOPs for compute-bound kernels (prefill), bytes for memory-bound ones (softmax, decode).
+"""
+from __future__ import annotations
+
+from ..spec import BenchContext
+
+
+def attention_flops(p, causal=False) -> float:
+    """FlashAttention's count: 4·Nq·Nk·d per head (two matmuls), halved under a causal mask."""
+    f = 4.0 * p["B"] * p["H"] * p["Nq"] * p["Nk"] * p["d"]
+    return f / 2 if causal else f
+
+
+def naive_cublas(b: BenchContext, causal=False) -> dict:
+    """Attention as three steps on CuPy, materialising S [B, H, Nq, Nk]: cuBLAS matmul, softmax, matmul."""
+    xp = b.rt.xp
+    q, k, v, scale = b.inputs["q"], b.inputs["k"], b.inputs["v"], b.inputs["scale"]
+    group = q.shape[1] // k.shape[1]
+    if group > 1:
+        k, v = xp.repeat(k, group, axis=1), xp.repeat(v, group, axis=1)
+    s = xp.matmul(q * xp.float32(scale), xp.swapaxes(k, -1, -2))      # the N×N scores in memory
+    if causal:
+        n_q, n_k = s.shape[-2:]
+        hidden = xp.arange(n_k)[None, :] > xp.arange(n_q)[:, None] + (n_k - n_q)
+        s += xp.where(hidden, xp.float32(-xp.inf), xp.float32(0.0))   # bottom-right aligned
+    m = s.max(axis=-1, keepdims=True)
+    xp.exp(s - m, out=s)
+    l = s.sum(axis=-1, keepdims=True)
+    s /= l
+    return {"o": xp.matmul(s, v), "lse": (m + xp.log(l))[..., 0]}
+
+
+def naive_cublas_causal(b: BenchContext) -> dict:
+    return naive_cublas(b, causal=True)
+
+
+def cupy_softmax(b: BenchContext) -> dict:
+    """The same softmax as CuPy array operations: max, exp, sum, divide (several passes over x)."""
+    xp = b.rt.xp
+    x = b.inputs["x"]
+    m = x.max(axis=1, keepdims=True)
+    e = xp.exp(x - m)
+    l = e.sum(axis=1, keepdims=True)
+    return {"y": e / l, "lse": (m + xp.log(l))[:, 0]}
+
+
+def kv_bytes(p) -> float:
+    """Decode reads K and V once: 2 · B · Hkv · context · d · 4 bytes."""
+    return 2.0 * p["B"] * p["Hkv"] * p["ctx"] * p["d"] * 4
+
+
+_copy_buffers: dict = {}
+
+
+def copy_bandwidth(b: BenchContext):
+    """A device-to-device copy moving as many bytes as decode reads: n/2 read + n/2 written."""
+    n = int(kv_bytes(b.params)) // 8                   # float32 elements in each of src and dst
+    if n not in _copy_buffers:
+        _copy_buffers.clear()
+        _copy_buffers[n] = (b.rt.xp.ones(n, dtype="float32"), b.rt.xp.empty(n, dtype="float32"))
+    src, dst = _copy_buffers[n]
+    dst[...] = src
+    return dst

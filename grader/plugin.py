@@ -1,0 +1,206 @@
+"""The grader as a pytest plugin: one test per case of an exercise, with the grader's own messages.
+
+    python -m pytest -p grader.plugin --exercise 02 [--backend cpu] [--seed S]
+                     [--solution | --file PATH] [--case NAME ...] [--shape B=1,H=2,...] [--no-shrink]
+
+Without --exercise the plugin does nothing, so it can sit beside other tests. With it, the checked
+file is collected, one item per case, and nothing else. `grader check` runs exactly this in a child process
+(adding --events, a file of JSON lines it watches, so it knows which case was running if the kernel
+crashes or hangs); `grader check --sanitize` runs it under compute-sanitizer with one --shape.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from .engine.runner import CaseResult, run_case, select_cases
+from .errors import GraderError
+
+# CUDA errors that leave the context unusable: every later launch in this process would fail too.
+_STICKY = ("IllegalAddress", "ILLEGAL_ADDRESS", "LaunchFailure", "LAUNCH_FAILED", "MisalignedAddress",
+           "MISALIGNED_ADDRESS", "IllegalInstruction", "ILLEGAL_INSTRUCTION", "HardwareStackError",
+           "cudaErrorAssert", "unspecified launch failure", "illegal memory access")
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("grader", "FlashAttention course: check an exercise")
+    g.addoption("--exercise", help="run this exercise's cases (02_flash_forward, 02, 2 or flash_forward)")
+    g.addoption("--backend", dest="grader_backend", choices=("auto", "gpu", "cpu"), default=None,
+                help="where the kernel runs (default: $GRADER_BACKEND or auto)")
+    g.addoption("--seed", dest="grader_seed", type=int, default=None, help="replay the inputs of a run")
+    g.addoption("--solution", dest="grader_solution", action="store_true", help="check solutions/ID.py")
+    g.addoption("--file", dest="grader_file", help="check this file instead of exercises/ID.py")
+    g.addoption("--case", dest="grader_cases", action="append", help="run only this case (repeatable)")
+    g.addoption("--shape", dest="grader_shape", help="one case of this shape, e.g. B=1,H=2,Nq=5,Nk=9")
+    g.addoption("--no-shrink", dest="grader_no_shrink", action="store_true",
+                help="do not look for a smaller failing shape")
+    g.addoption("--plot-dir", dest="grader_plot_dir", help="save the first failure's arrays here")
+    g.addoption("--events", dest="grader_events", help="append one JSON line per event to this file")
+
+
+_RUN = pytest.StashKey["CheckRun"]()
+
+
+class CheckRun:
+    """The state of one check: the exercise, its cases, the runtime and the student's function."""
+
+    def __init__(self, config):
+        from . import catalogue, paths
+        from .engine.check import new_seed
+        from .engine.runner import parse_shape
+        from .runtimes import resolve_backend
+        opt = config.getoption
+        try:
+            self.ex = catalogue.resolve(opt("exercise"))
+        except KeyError as e:
+            raise pytest.UsageError(e.args[0]) from None
+        if opt("grader_file"):
+            self.path = Path(opt("grader_file")).resolve()
+        else:
+            self.path = (paths.solution_file if opt("grader_solution") else paths.exercise_file)(self.ex.id)
+        self.backend = resolve_backend(opt("grader_backend"))
+        self.seed = opt("grader_seed") if opt("grader_seed") is not None else new_seed()
+        shape = parse_shape(opt("grader_shape")) if opt("grader_shape") else None
+        self.cases = select_cases(self.ex, opt("grader_cases"), shape)
+        self.shrink = not opt("grader_no_shrink")
+        self.plot_dir = opt("grader_plot_dir")
+        self.events = open(opt("grader_events"), "a", buffering=1) if opt("grader_events") else None
+        self.failures_seen = 0
+        self.stop_reason: str | None = None
+        self._fn = self._rt = None
+
+    def emit(self, **event) -> None:
+        if self.events is None:
+            return
+        self.events.write(json.dumps(event) + "\n")
+        self.events.flush()
+        os.fsync(self.events.fileno())
+
+    def setup(self):
+        """Build the runtime and import the student's file once, on first use."""
+        if self._fn is None:
+            from .engine.runner import load_exercise_function
+            from .runtimes import get_runtime
+            self._rt = get_runtime(self.backend)
+            self._fn = load_exercise_function(self.ex, self.path)
+        return self._fn, self._rt
+
+    def run(self, case) -> CaseResult:
+        if self.stop_reason:
+            result = CaseResult(case.name, False, message=self.stop_reason, params=dict(case.params),
+                                kind="not_run")
+            self.emit(event="result", result=result.to_json())
+            return result
+        self.emit(event="start", case=case.name)
+        try:
+            fn, rt = self.setup()
+        except GraderError as e:
+            self._fatal(str(e))
+        except Exception as e:  # a broken installation, not the student's kernel
+            self._fatal(f"the {self.backend} runtime could not start: {type(e).__name__}: {e}")
+        keep: dict = {}
+        result = run_case(self.ex, case, fn, rt, self.seed, self.path, keep=keep)
+        if result.kind == "error" and (any(tag in result.message for tag in _STICKY) or not rt.healthy()):
+            result.kind = "crash"
+            result.message = ("the kernel crashed on the GPU: " + result.message.splitlines()[0] +
+                              "\nAn illegal memory access means an index ran outside an array: check the "
+                              "bounds tests on the last, partial tile. The CUDA context is lost, so the "
+                              "remaining cases were not run. `--backend cpu` names the line and the array.")
+            self.stop_reason = "not run: an earlier case crashed the GPU context"
+        elif result.kind == "compile_error":
+            self.stop_reason = "not run: the kernel does not compile"
+        elif not result.passed and result.kind in ("checked", "error"):
+            self.failures_seen += 1
+            if self.failures_seen == 1:
+                self._explore_first_failure(case, result, keep, fn, rt)
+        self.emit(event="result", result=result.to_json())
+        resources = getattr(rt, "resources", None)
+        if resources:
+            self.emit(event="resources", resources={k: dict(v) for k, v in resources.items()})
+        return result
+
+    def _fatal(self, message: str):
+        self.emit(event="fatal", message=message)
+        pytest.exit(message, returncode=3)
+
+    def _explore_first_failure(self, case, result, keep, fn, rt) -> None:
+        """For the first failing case only: save its arrays for --plot, and shrink it."""
+        if self.plot_dir and keep.get("ref"):
+            import numpy as np
+            path = os.path.join(self.plot_dir, f"{self.ex.id}-{case.name}.npz")
+            np.savez(path, **{f"ref_{k}": v for k, v in keep["ref"].items()},
+                     **{f"out_{k}": np.asarray(v) for k, v in keep["out"].items()})
+            result.plot = path
+        if self.shrink and case.name != "custom":
+            from .engine.runner import format_shape, shrink
+            found = shrink(self.ex, case.params, fn, rt, self.seed, self.path)
+            if found:
+                params, r = found
+                result.shrunk = {"params": params, "message": r.message, "shape": format_shape(params)}
+
+
+class CaseFailed(Exception):
+    """A case's verdict: the grader's message is the failure pytest shows."""
+
+    def __init__(self, result: CaseResult):
+        super().__init__(result.message)
+        self.result = result
+
+
+class CaseItem(pytest.Item):
+    def __init__(self, *, case, **kw):
+        super().__init__(**kw)
+        self.case = case
+
+    def runtest(self):
+        result = self.config.stash[_RUN].run(self.case)
+        if result.kind == "not_run":
+            pytest.skip(result.message)
+        if not result.passed:
+            raise CaseFailed(result)
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, CaseFailed):
+            r = excinfo.value.result
+            text = r.message
+            if r.shrunk:
+                text += f"\nSmallest failing shape found: {r.shrunk['shape']}\n{r.shrunk['message']}"
+            return text
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.config.stash[_RUN].ex.id}: {self.case.name}"
+
+
+class ExerciseFile(pytest.File):
+    """The checked file as pytest sees it: one CaseItem per case."""
+
+    def collect(self):
+        run = self.config.stash[_RUN]
+        for case in run.cases:
+            yield CaseItem.from_parent(self, name=case.name, case=case)
+
+
+def pytest_configure(config):
+    if not config.getoption("exercise", None):
+        return
+    try:
+        run = config.stash[_RUN] = CheckRun(config)
+    except GraderError as e:
+        raise pytest.UsageError(str(e)) from None
+    config.args[:] = [str(run.path)]     # collect the checked file, and nothing else
+
+
+def pytest_collect_file(file_path, parent):
+    run = parent.config.stash.get(_RUN, None)
+    if run is not None and file_path == run.path:
+        return ExerciseFile.from_parent(parent, path=file_path)
+
+
+def pytest_report_header(config):
+    if config.getoption("exercise", None):
+        run = config.stash[_RUN]
+        return f"grader: {run.ex.id} · {run.path} · backend {run.backend} · seed {run.seed}"

@@ -1,0 +1,21 @@
+"""Benchmark for 03_flash_causal: causal should cost about half of 02's unmasked kernel."""
+from ...attention.baselines import attention_flops, naive_cublas_causal
+from ...spec import BenchCase, BenchContext
+
+
+def no_mask_02(b: BenchContext) -> dict:
+    """The 02 solution (no mask) on the same inputs."""
+    fn = b.solution("02_flash_forward").flash_forward
+    o, lse = fn(b.rt, b.inputs["q"], b.inputs["k"], b.inputs["v"], b.inputs["scale"])
+    return {"o": o, "lse": lse}
+
+
+def _case(name, p):
+    return BenchCase(name, p, flops=attention_flops(p, causal=True),
+                     baselines={"02 solution (no mask)": no_mask_02, "naive causal (cuBLAS)": naive_cublas_causal})
+
+
+BENCH = [
+    _case("causal_B2_H16_N4096_d128", dict(B=2, H=16, Hkv=16, Nq=4096, Nk=4096, d=128)),
+    _case("causal_B4_H8_Hkv2_N1024_d64", dict(B=4, H=8, Hkv=2, Nq=1024, Nk=1024, d=64)),
+]

@@ -1,0 +1,42 @@
+"""Checks for 03_flash_causal: causal attention with the mask aligned bottom-right.
+
+Query i sees key j iff j <= i + (Nk - Nq). Nq < Nk is chunked prefill; Nq > Nk leaves the first
+Nq - Nk rows with no visible key (o = 0, lse = -inf). The diagnosis replays the usual mask bugs
+(top-left alignment, an off-by-one on the diagonal, diagonal tiles without the per-element test, a
+loop over key tiles that stops too early) and the bugs of module 02.
+"""
+from __future__ import annotations
+
+from ...attention import references as R
+from ...attention import replays
+from ...attention.calls import prefill_call, prefill_reference
+from ...attention.inputs import attention_inputs, attention_shapes
+from ...spec import F32, Case
+
+CASES = attention_shapes() + [
+    Case("chunked_prefill", dict(B=1, H=2, Hkv=1, Nq=40, Nk=170, d=64)),
+    Case("chunk_of_one_tile", dict(B=1, H=1, Hkv=1, Nq=64, Nk=200, d=32)),
+    Case("one_query_many_keys", dict(B=2, H=2, Hkv=2, Nq=1, Nk=150, d=64)),
+    Case("queries_past_keys", dict(B=1, H=2, Hkv=2, Nq=150, Nk=60, d=32)),
+    Case("no_keys_for_a_tile", dict(B=1, H=1, Hkv=1, Nq=200, Nk=5, d=32)),
+    Case("gqa_chunked", dict(B=2, H=8, Hkv=2, Nq=50, Nk=120, d=64)),
+    Case("causal_200_d_128", dict(B=1, H=1, Hkv=1, Nq=200, Nk=200, d=128)),
+    Case("causal_large_logits", dict(B=1, H=1, Hkv=1, Nq=130, Nk=130, d=64, logit=50.0)),
+]
+TOLERANCES = {"o": F32, "lse": F32}
+
+make_inputs = attention_inputs
+call = prefill_call
+
+
+def reference(inputs, p):
+    return prefill_reference(inputs, causal=True)
+
+
+def diagnose(ctx) -> str | None:
+    n_q, n_k = ctx.params["Nq"], ctx.params["Nk"]
+    s, v = replays.scores(ctx.inputs)
+    visible = R.causal_mask(n_q, n_k)
+    return (replays.empty_row_cause(ctx) or replays.mask_causes(ctx, s, v)
+            or replays.output_causes(ctx, s, v, visible) or replays.tile_bug_causes(ctx, s, v, visible)
+            or replays.setup_causes(ctx, visible))

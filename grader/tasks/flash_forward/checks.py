@@ -1,0 +1,31 @@
+"""Checks for 02_flash_forward: tiled attention with online softmax, GQA, any Nq and Nk.
+
+The diagnosis replays the usual bugs in float64 (a missing bounds mask, a missing rescale, a forgotten
+1/l, lse in log2 units, the wrong kv head ...) and names the one the student's output matches.
+"""
+from __future__ import annotations
+
+from ...attention import replays
+from ...attention.calls import prefill_call, prefill_reference
+from ...attention.inputs import attention_inputs, attention_shapes
+from ...spec import F32, Case
+
+CASES = attention_shapes() + [
+    Case("batch_and_heads", dict(B=3, H=4, Hkv=2, Nq=45, Nk=150, d=32)),
+    Case("many_key_tiles", dict(B=1, H=1, Hkv=1, Nq=40, Nk=300, d=32, logit=20.0)),
+    Case("n_200_d_128", dict(B=1, H=1, Hkv=1, Nq=200, Nk=200, d=128)),
+]
+TOLERANCES = {"o": F32, "lse": F32}
+
+make_inputs = attention_inputs
+call = prefill_call
+
+
+def reference(inputs, p):
+    return prefill_reference(inputs)
+
+
+def diagnose(ctx) -> str | None:
+    s, v = replays.scores(ctx.inputs)
+    return (replays.output_causes(ctx, s, v) or replays.tile_bug_causes(ctx, s, v)
+            or replays.setup_causes(ctx) or replays.extra_weight_cause(ctx))

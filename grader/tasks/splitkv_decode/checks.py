@@ -1,0 +1,63 @@
+"""Checks for 04_splitkv_decode: one query token per sequence over a contiguous cache, split-KV.
+
+Inputs: q [B, H, d], k_cache and v_cache [B, Hkv, max_len, d], context_lens [B] int32 (0 and 1
+included). Cases with `num_splits` force the launch code's split count, so the combine is exercised
+on the CPU too, where the heuristic would pick few splits.
+
+Parameters are scalars, so a shape replays with --shape: `lens` is "a/b/c" (sequence b gets entry
+b, cycling), or `ctx` gives every sequence the same context.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...attention import references as R
+from ...attention import replays
+from ...attention.calls import split_option
+from ...attention.inputs import context_lens, decode_qkv, valid_decode_shape
+from ...spec import F32, Case
+
+C = Case
+CASES = [
+    C("contexts_0_1_2_5", dict(B=4, H=2, Hkv=2, d=64, lens="0/1/2/5")),
+    C("one_sequence_prime", dict(B=1, H=4, Hkv=4, d=64, lens="37")),
+    C("mixed_lengths", dict(B=5, H=4, Hkv=2, d=64, lens="0/1/17/100/131", max_len=140)),
+    C("gqa_4_to_1", dict(B=2, H=8, Hkv=2, d=64, lens="97/53")),
+    C("gqa_8_to_1_d128", dict(B=2, H=8, Hkv=1, d=128, lens="61/0")),
+    C("head_dim_32", dict(B=2, H=4, Hkv=2, d=32, lens="45/1")),
+    C("head_dim_96", dict(B=1, H=4, Hkv=1, d=96, lens="83")),
+    C("head_dim_128", dict(B=2, H=2, Hkv=2, d=128, lens="130/7")),
+    C("three_splits", dict(B=3, H=4, Hkv=2, d=64, lens="257/100/1", num_splits=3)),
+    C("many_splits_gqa", dict(B=2, H=6, Hkv=2, d=64, lens="300/33", num_splits=16)),
+    C("one_key_per_split", dict(B=1, H=2, Hkv=1, d=64, lens="23", num_splits=23)),
+    C("large_logits", dict(B=2, H=4, Hkv=2, d=64, lens="200/3", logit=50.0, num_splits=4)),
+    C("lse_near_120", dict(B=2, H=4, Hkv=2, d=64, lens="150/64", shift=120.0, num_splits=4)),
+    C("long_context", dict(B=1, H=8, Hkv=2, d=128, lens="509")),
+]
+TOLERANCES = {"o": F32, "lse": F32}
+SHRINK_KEYS = ("B", "H", "Hkv", "d")
+valid = valid_decode_shape
+
+
+def make_inputs(p, rng):
+    B, Hkv = p["B"], p["Hkv"]
+    lens = context_lens(p)
+    max_len = p.get("max_len") or max(int(lens.max()), 1)   # the cache's capacity
+    q, k, v = decode_qkv(p, rng, (B, Hkv, max_len))
+    return {"q": q, "k_cache": k, "v_cache": v, "context_lens": lens, "scale": float(1.0 / np.sqrt(p["d"]))}
+
+
+def reference(inputs, p):
+    o, lse = R.decode_attention(inputs["q"], inputs["k_cache"], inputs["v_cache"],
+                                inputs["context_lens"], inputs["scale"])
+    return {"o": o, "lse": lse}
+
+
+def call(fn, rt, inputs, p):
+    o, lse = fn(rt, inputs["q"], inputs["k_cache"], inputs["v_cache"], inputs["context_lens"],
+                inputs["scale"], **split_option(p))
+    return {"o": o, "lse": lse}
+
+
+def diagnose(ctx):
+    return replays.decode_diagnose(ctx, lambda ctx: (ctx.inputs["k_cache"], ctx.inputs["v_cache"]))
