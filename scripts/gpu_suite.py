@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Everything the GPU must show, in one run (one device call): for every exercise, the solution
-passes `grader check`, the stub fails with "not implemented yet"; the GPU-marked tests pass; the
-benchmarks run; optionally the notebooks execute. Prints a short table last.
+passes `grader check`, the stub fails with "not implemented yet", the wrong versions are rejected
+with their explanations; the GPU-marked tests pass; the benchmarks run; optionally the notebooks
+execute. Prints a short table last.
 
-    PYTHONPATH=$PWD python scripts/gpu_suite.py [IDS...] [--no-bench] [--no-tests] [--notebooks]
+    PYTHONPATH=$PWD python scripts/gpu_suite.py [IDS...] [--no-bench] [--no-tests] [--no-wrong] [--notebooks]
 Writes full logs under $OUT (or ./out) when set.
 """
 from __future__ import annotations
@@ -38,6 +39,7 @@ def main() -> int:
     ap.add_argument("ids", nargs="*")
     ap.add_argument("--no-bench", action="store_true")
     ap.add_argument("--no-tests", action="store_true")
+    ap.add_argument("--no-wrong", action="store_true")
     ap.add_argument("--notebooks", action="store_true")
     ap.add_argument("--backend", default="gpu")
     args = ap.parse_args()
@@ -59,6 +61,13 @@ def main() -> int:
         stub_ok = rc == 1 and "not implemented yet" in out
         table.append((ex.id, "stub", f"{'fails as it should' if stub_ok else 'UNEXPECTED'} (exit {rc})", dt))
         ok_all &= stub_ok
+    if not args.no_wrong:
+        rc, out, dt = run([sys.executable, "scripts/check_wrong_versions.py", "--backend", args.backend,
+                           *[ex.id for ex in exes]], "wrong_versions.log", timeout=900)
+        tail = out[out.rfind("wrong version "):] if "wrong version " in out else out[-3000:]
+        print(tail, flush=True)
+        table.append(("wrong versions", "", "as expected" if rc == 0 else f"NOT AS EXPECTED (exit {rc})", dt))
+        ok_all &= rc == 0
     if not args.no_tests:
         rc, out, dt = run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests", "-p", "no:cacheprovider"],
                           "pytest_gpu.log", timeout=900)

@@ -1,4 +1,4 @@
-"""The grader's command line: the contract in DESIGN.md."""
+"""The grader's command line: the contract in docs/design.md."""
 import json
 import subprocess
 import sys
@@ -70,6 +70,7 @@ def test_doctor_names_the_runtime(capsys):
     assert rc in (0, 2)
 
 
+@pytest.mark.slow
 def test_watch_rechecks_when_the_file_is_saved(tmp_path):
     """Edit a file under a running `grader watch`: the stub's verdict, then the solution's."""
     import os

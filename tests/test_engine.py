@@ -25,6 +25,7 @@ def test_a_crashing_process_is_a_failed_case_and_the_grader_carries_on(tmp_path)
     assert second["kind"] == "not_run"
 
 
+@pytest.mark.slow
 def test_a_hang_is_stopped_by_the_time_limit(tmp_path):
     report = run_check(EX, write(tmp_path, "    while True: time.sleep(0.01)\n"), "cpu", 1,
                        case_timeout=3, cases=CASES)

@@ -20,6 +20,7 @@ def test_notebook_is_stored_without_outputs(nb):
                 f"{nb.name}: clear the outputs before committing")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_top_to_bottom(nb):
     env = dict(os.environ, GRADER_ROOT=str(ROOT), MPLBACKEND="Agg")

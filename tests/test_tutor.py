@@ -1,30 +1,19 @@
 """The grader as a tutor, on every module: the smallest failing shape, and a picture of the error."""
-import sys
 from pathlib import Path
 
 import pytest
 
 from grader import catalogue
 from grader.cli import main
-
-sys.path.insert(0, str(Path(__file__).with_name("wrong")))
-from versions import find, write  # noqa: E402
-# One wrong version per module whose failure is numeric (so there is an error to draw).
-NUMERIC_BUG = {
-    "00_naive_attention": "gqa_wrong_head",
-    "01_online_softmax": "no_max_subtraction",
-    "02_flash_forward": "no_rescale",
-    "03_flash_causal": "top_left_mask",
-    "04_splitkv_decode": "combine_without_max",
-    "05_paged_decode": "logical_page_as_physical",
-}
+from grader.wrong import for_exercise, write
 
 
-@pytest.mark.parametrize("ex_id", [e.id for e in catalogue.EXERCISES])
-def test_plot_and_shrinking_work_on_every_module(ex_id, tmp_path, capsys, monkeypatch):
-    if ex_id not in NUMERIC_BUG:
-        pytest.skip(f"no numeric wrong version for {ex_id} yet")
-    path = write(find(ex_id, NUMERIC_BUG[ex_id]), tmp_path)
+@pytest.mark.slow
+@pytest.mark.parametrize("ex", catalogue.EXERCISES, ids=[e.id for e in catalogue.EXERCISES])
+def test_plot_and_shrinking_work_on_every_module(ex, tmp_path, capsys, monkeypatch):
+    # The module's wrong version whose failure is numeric (so there is an error to shrink and draw).
+    ex_id = ex.id
+    path = write(next(w for w in for_exercise(ex) if w.numeric), tmp_path)
     monkeypatch.setenv("GRADER_STATE_DIR", str(tmp_path / "state"))
     rc = main(["check", ex_id, "--file", str(path), "--backend", "cpu", "--seed", "3", "--plot"])
     out = capsys.readouterr().out
