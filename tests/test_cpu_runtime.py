@@ -14,6 +14,7 @@ import pytest
 
 from grader.runtimes.base import CompileError, KernelFault, LaunchError, register_origin
 from grader.runtimes.cpu import CpuRuntime, nvrtc_status
+from grader.runtimes.cpu import abi as cpu_abi
 from grader.runtimes.cpu import nvrtc as cpu_nvrtc
 
 register_origin(__file__)
@@ -583,6 +584,30 @@ def test_reading_shared_memory_nothing_wrote(rt):
     assert np.isnan(out).all()                    # and the poisoned values are visible
     kern((1,), (64,), (v, w, out, rt.int32(64)))  # a full tile is fine
     np.testing.assert_array_equal(out, np.full(64, 40, np.float32))
+
+
+NEVER_WRITTEN = r"""
+extern "C" __global__ void never_written(unsigned* __restrict__ out)
+{
+    __shared__ unsigned s[32];
+    out[threadIdx.x] = s[threadIdx.x];                       // what a block finds at its start
+}
+"""
+
+
+def test_fault_kinds_and_poison_come_from_the_abi_header(rt):
+    csrc = Path(cpu_abi.__file__).with_name("csrc")
+    header = (csrc / "cudaemu_abi.h").read_text()
+    kinds = {k: int(v) for k, v in re.findall(r"X\((\w+), (\d+)\)", header.split("POISON")[0])}
+    assert kinds and cpu_abi.FAULT_KINDS == kinds
+    assert all(getattr(cpu_abi, f"F_{k}") == v for k, v in kinds.items())
+    used = set(re.findall(r"\bF_([A-Z]+)\b", (csrc / "emu_runtime.cpp").read_text())) - {"NONE"}
+    assert used and used <= set(kinds)
+    poison = int(re.search(r"#define CUDAEMU_POISON32 (0x[0-9A-Fa-f]+)", header).group(1), 16)
+    assert cpu_abi.POISON32 == poison
+    out = np.zeros(32, np.uint32)
+    rt.compile(NEVER_WRITTEN).get_function("never_written")((2,), (32,), (out,))
+    assert (out == poison).all()
 
 
 UNSUPPORTED = {

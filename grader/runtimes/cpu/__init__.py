@@ -6,18 +6,22 @@ How a kernel gets here (runtime.py, build.py, nvrtc.py):
   2. NVRTC, when installed, compiles the exact source a GPU would get, so the student sees the
      real CUDA compiler's errors (`nvrtc_status()` says whether it is there).
   3. The host C++ compiler builds it against csrc/cuda_emu.h, our own stand-in for CUDA's
-     built-ins, linked with csrc/emu_runtime.cpp; the library is cached by content hash under
-     $GRADER_CACHE/cpu or ~/.cache/flash-course/cpu.
+     built-ins (one header per topic in csrc/emu/), linked with csrc/emu_runtime.cpp; the
+     library is cached under $GRADER_CACHE/cpu or ~/.cache/flash-course/cpu by a hash of its
+     source and of everything in csrc/.
 
 How a launch runs (csrc/emu_runtime.cpp):
   - Each CUDA thread is a fiber with its own 128 KB stack (a guard page below); blocks run one
     after another on one host thread, so results are deterministic and atomics are trivially
     atomic. A fiber runs until __syncthreads(), a warp collective or its end; the switch is a
-    few instructions of x86-64 assembly (ucontext elsewhere, or with GRADER_CPU_UCONTEXT=1).
+    few instructions of x86-64 assembly (csrc/platform/x86_64.h; ucontext elsewhere, or with
+    GRADER_CPU_UCONTEXT=1).
   - __shared__ variables are statics in a section of their own, dynamic shared memory is a
     guarded buffer; both are filled with a signalling NaN at the start of every block.
 
-What it finds, each reported as KernelFault with file:line, block and thread:
+What it finds, each reported as KernelFault with file:line, block and thread (the C side fills
+in a fault record whose kinds and fields csrc/cudaemu_abi.h defines for both languages, abi.py
+reads it, symbols.py finds the line, faults.py writes the message):
   - barriers reached at different lines, threads that returned while others wait, warp
     collectives whose lanes never arrive, deadlocks and spin loops that cannot end;
   - out-of-bounds reads and writes of any array argument (each is copied between PROT_NONE

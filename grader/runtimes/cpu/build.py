@@ -20,8 +20,8 @@ from pathlib import Path
 from ..base import CompileError, line_directive
 
 CSRC = Path(__file__).with_name("csrc")
-HEADER = CSRC / "cuda_emu.h"
-RUNTIME_SRC = CSRC / "emu_runtime.cpp"
+HEADER = CSRC / "cuda_emu.h"              # the umbrella; its topics are in csrc/emu/
+RUNTIME_SRC = CSRC / "emu_runtime.cpp"    # with csrc/platform/ and csrc/cudaemu_abi.h
 INCLUDE = CSRC / "include"
 
 # Never -ffast-math: it lets the compiler assume no infinities, and online softmax starts from
@@ -31,6 +31,19 @@ INCLUDE = CSRC / "include"
 BASE_FLAGS = ["-std=c++17", "-O2", "-g1", "-gdwarf-4", "-fPIC", "-fvisibility=hidden", "-fno-strict-aliasing",
               "-fno-math-errno", "-fno-omit-frame-pointer", "-fstack-clash-protection", "-U_FORTIFY_SOURCE",
               "-D_FORTIFY_SOURCE=0", "-w"]
+
+
+def emulator_sources_digest() -> str:
+    """A hash of every file under csrc/, names included.
+
+    Part of every cache key: a build reads headers through #include chains that no list here
+    would keep up with, so all of csrc/ counts, and an edit to any of it rebuilds.
+    """
+    h = hashlib.sha256()
+    for path in sorted(p for p in CSRC.rglob("*") if p.is_file()):
+        h.update(path.relative_to(CSRC).as_posix().encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def cache_dir() -> Path:
@@ -242,7 +255,7 @@ def _atomic_build(target: Path, cmd_for, what: str, failure) -> None:
 def _runtime_object() -> Path:
     cxx, version = _compiler()
     flags = _host_flags()
-    key = hashlib.sha256("\0".join([RUNTIME_SRC.read_text(), version, cxx, *flags]).encode())
+    key = hashlib.sha256("\0".join([emulator_sources_digest(), version, cxx, *flags]).encode())
     target = cache_dir() / f"emu-runtime-{key.hexdigest()[:24]}.o"
     if not target.exists():
         def fail(log, _tmp):
@@ -263,7 +276,7 @@ def build(code: str, exprs: list[str], names: list[str], options=(), nvrtc_check
     flags = _host_flags() + _defines(options)
     text = transform(code) + _entry_code(exprs)
     key = hashlib.sha256("\0".join(
-        [text, HEADER.read_text(), RUNTIME_SRC.read_text(), version, cxx, *flags]).encode())
+        [text, emulator_sources_digest(), version, cxx, *flags]).encode())
     target = cache_dir() / f"kernel-{key.hexdigest()[:32]}.so"
     if not target.exists():
         def cmd(tmp: Path, out: Path):

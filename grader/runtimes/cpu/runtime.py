@@ -8,56 +8,30 @@ A launch copies every array argument into guarded memory, runs all blocks (threa
 csrc/emu_runtime.cpp), then, to catch a missing __syncthreads, runs a few blocks again from the
 same inputs with their threads in reverse and in shuffled order and compares. Any fault becomes a
 KernelFault naming the student's file and line.
+
+Beside it: abi.py (the C interface, read from csrc/cudaemu_abi.h), faults.py (the messages) and
+symbols.py (addresses to the student's lines).
 """
 from __future__ import annotations
 
 import ctypes
-import os
 import re
-import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import numpy as np
 
 from ..base import (CompileError, KernelFault, LaunchError, Param, Runtime, RuntimeUnavailable,
                     check_args, check_launch, full_source, parse_signatures)
 from . import build as _build
+from . import faults as _faults
 from . import nvrtc as _nvrtc
+from .abi import POISON32, POISON32_AS_DOUBLE, FaultRecord, load
 from .guarded import GuardedPool
 
 DEFAULT_SMEM = 48 * 1024
 OPTIN_SMEM = 227 * 1024
 MAX_THREADS = 1024
-POISON32 = 0x7FBAD000
-# The same NaN widened to double (payload shifted, quiet bit and sign masked off when compared).
-POISON64 = int(np.array([np.float64(np.array([POISON32], np.uint32).view(np.float32)[0])])
-               .view(np.uint64)[0]) & 0x7FF7FFFFFFFFFFFF
-
-
-class _FaultRecord(ctypes.Structure):
-    _fields_ = [("kind", ctypes.c_int32), ("is_write", ctypes.c_int32),
-                ("si_code", ctypes.c_int32), ("line", ctypes.c_int32),
-                ("addr", ctypes.c_uint64), ("pc", ctypes.c_uint64),
-                ("frames", ctypes.c_uint64 * 8), ("sp_word", ctypes.c_uint64),
-                ("block", ctypes.c_uint32 * 3),
-                ("thread", ctypes.c_uint32 * 3), ("file", ctypes.c_char * 256),
-                ("text", ctypes.c_char * 2048)]
-
-
-F_SEGV, F_BUS, F_FPE, F_ILL, F_BARRIER, F_WARP, F_DEADLOCK, F_TRAP, F_LIVELOCK, F_INTERRUPT, \
-    F_STACK, F_SETUP = range(1, 13)
-
-
-class _DlInfo(ctypes.Structure):
-    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
-                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
-
-
-_libc = ctypes.CDLL(None)
-_libc.dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
-_loaded: dict[str, ctypes.CDLL] = {}
 _launch_lock = threading.Lock()  # the emulator's scheduler state is per process
 
 
@@ -68,80 +42,6 @@ def nvrtc_status() -> str:
 def host_compiler_status() -> str:
     return _build.compiler_status()
 
-
-def _load(path: Path) -> ctypes.CDLL:
-    key = str(path)
-    if key not in _loaded:
-        lib = ctypes.CDLL(key, mode=os.RTLD_NOW | os.RTLD_LOCAL)
-        lib.cudaemu_launch.restype = ctypes.c_int
-        lib.cudaemu_launch.argtypes = [
-            ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32),
-            ctypes.POINTER(ctypes.c_uint32), ctypes.c_void_p, ctypes.c_uint64,
-            ctypes.POINTER(ctypes.c_int64), ctypes.c_int64, ctypes.c_int, ctypes.c_uint64,
-            ctypes.POINTER(_FaultRecord)]
-        for fn in ("cudaemu_static_shared_bytes", "cudaemu_float_atomics",
-                   "cudaemu_fault_record_size", "cudaemu_take_output"):
-            getattr(lib, fn).restype = ctypes.c_uint64
-        lib.cudaemu_take_output.argtypes = [ctypes.c_char_p, ctypes.c_uint64]
-        lib.cudaemu_set_quiet.argtypes = [ctypes.c_int]
-        lib.cudaemu_set_trap_invalid.argtypes = [ctypes.c_int]
-        if lib.cudaemu_fault_record_size() != ctypes.sizeof(_FaultRecord):
-            raise CompileError("the emulator runtime and its Python side disagree on the fault "
-                               "record layout (a stale build cache? delete "
-                               f"{_build.cache_dir()})")
-        _loaded[key] = lib
-    return _loaded[key]
-
-
-# ---------------------------------------------------------------------------------------------
-# Source lines of faulting instructions.
-
-def _addr2line(lib_path: str, offsets: list[int]) -> list[list[tuple[str, int]]]:
-    """For each offset, the inline chain of (file, line), innermost first ([] if unknown)."""
-    tool = os.environ.get("ADDR2LINE") or "addr2line"
-    try:
-        out = subprocess.run([tool, "-e", lib_path, "-i", "-a", *[hex(o) for o in offsets]],
-                             capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return [[] for _ in offsets]
-    chains: list[list[tuple[str, int]]] = []
-    for line in out.splitlines():
-        if re.match(r"^0x[0-9a-f]+$", line.strip()):
-            chains.append([])
-            continue
-        m = re.match(r"^(.*):(\d+)", line.strip())
-        if m and chains is not None and chains:
-            chains[-1].append((m.group(1), int(m.group(2))))
-    while len(chains) < len(offsets):
-        chains.append([])
-    return chains
-
-
-def _source_line(rec: _FaultRecord, student_file: str) -> str | None:
-    """'file:line' of the faulting instruction in the student's file, if it can be found."""
-    addrs = [rec.pc] + [a for a in [rec.sp_word, *rec.frames] if a]
-    places = []
-    for i, a in enumerate(addrs):
-        info = _DlInfo()
-        if not _libc.dladdr(ctypes.c_void_p(a), ctypes.byref(info)) or not info.dli_fname:
-            continue
-        # A return address points after the call; step back into it.
-        places.append((info.dli_fname.decode(), a - (info.dli_fbase or 0) - (1 if i else 0)))
-    by_lib: dict[str, list[int]] = {}
-    for lib, off in places:
-        by_lib.setdefault(lib, []).append(off)
-    found = {}
-    for lib, offs in by_lib.items():
-        for off, chain in zip(offs, _addr2line(lib, offs)):
-            found[(lib, off)] = chain
-    for lib, off in places:
-        for f, line in found.get((lib, off), []):
-            if os.path.basename(f) == os.path.basename(student_file) and line > 0:
-                return f"{student_file}:{line}"
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
 
 def _is_array(a) -> bool:
     return isinstance(a, np.ndarray)
@@ -251,7 +151,7 @@ class CpuModule:
     def __init__(self, rt: "CpuRuntime", built: _build.Built, signatures, student_file: str,
                  source: str = ""):
         self._rt, self._built, self._sig, self.source = rt, built, signatures, source
-        self._lib = _load(built.path)
+        self._lib = load(built.path)
         self.student_file = student_file
         self.static_shared_bytes = int(self._lib.cudaemu_static_shared_bytes())
         self._kernels: dict[str, CpuKernel] = {}
@@ -369,7 +269,7 @@ class CpuRuntime(Runtime):
                     b.fill_canary()
 
             def run(blocks, order, what):
-                rec = _FaultRecord()
+                rec = FaultRecord()
                 g = (ctypes.c_uint32 * 3)(*grid)
                 bl = (ctypes.c_uint32 * 3)(*block)
                 if blocks is None:
@@ -381,7 +281,8 @@ class CpuRuntime(Runtime):
                                         smem.addr if smem else None, shared_mem, bptr, nb, order,
                                         self.seed + self.launches, ctypes.byref(rec))
                 if rc != 0:
-                    self._raise_fault(kernel, rec, args, arg_slot, bufs, smem, shared_mem, what)
+                    raise _faults.launch_fault(kernel, rec, args, arg_slot, bufs, smem,
+                                               shared_mem, what)
                 self._check_canaries(kernel, args, arg_slot, bufs)
 
             copy_in()
@@ -411,7 +312,7 @@ class CpuRuntime(Runtime):
             for a, v in zip(arrays, views):
                 np.copyto(a, v)
             if poisoned is not None:
-                self._raise_poison(kernel, args, arg_slot, arrays, poisoned, place)
+                raise _faults.poison_fault(kernel, args, arg_slot, arrays, poisoned, place)
         finally:
             for b in bufs:
                 self._pool.give(b)
@@ -437,23 +338,9 @@ class CpuRuntime(Runtime):
             for slot, (ref, v) in enumerate(zip(reference, views)):
                 diff = _differs(ref, v, loose)
                 if diff is not None:
-                    self._raise_race(kernel, args, arg_slot, slot, ref, v, diff, sample, grid, how)
-
-    def _raise_race(self, kernel, args, arg_slot, slot, ref, got, idx, sample, grid, how):
-        i = arg_slot.index(slot)
-        p = kernel.params[i]
-        where = np.unravel_index(idx, ref.shape) if ref.ndim > 1 else (idx,)
-        ndiff = int(np.count_nonzero(~_same(ref, got)))
-        blocks = ", ".join(str(_block_coords(b, grid)) for b in sample[:4])
-        raise KernelFault(
-            f"{kernel.name}: the result depends on the order in which the threads of a block run "
-            f"— a data race. Running block(s) {blocks} with their threads {how} instead of "
-            f"forward changed argument {i + 1} ({p.ctype} {p.name}) at index "
-            f"{tuple(int(x) for x in where)}: {_num(ref.flat[idx])} became {_num(got.flat[idx])} "
-            f"({ndiff} element(s) differ). Some thread reads memory (usually a shared-memory "
-            "tile) that other threads write, without a __syncthreads() between the write and "
-            "the read; or a tile is overwritten for the next iteration before every thread has "
-            "finished reading it (a missing __syncthreads() at the end of the loop).")
+                    ndiff = int(np.count_nonzero(~_same(ref, v)))
+                    raise _faults.race_fault(kernel, args, arg_slot, slot, ref, v, diff, ndiff,
+                                             sample, grid, how)
 
     def _check_canaries(self, kernel, args, arg_slot, bufs) -> None:
         for slot, b in enumerate(bufs):
@@ -461,15 +348,7 @@ class CpuRuntime(Runtime):
             if damage is None:
                 continue
             off, count = damage
-            i = arg_slot.index(slot)
-            p, a = kernel.params[i], args[i]
-            side = "before its start" if off < 0 else "past its end"
-            raise KernelFault(
-                f"{kernel.name}: out-of-bounds write of argument {i + 1} ({p.ctype} {p.name}): "
-                f"{count} byte(s) {side} (byte offset {off}; the buffer holds {a.size} "
-                f"{a.dtype} elements, {a.nbytes} bytes) were overwritten. The emulator noticed it "
-                "after the launch, so it cannot name the line: look for an index that can reach "
-                "past the last element or below 0.")
+            raise _faults.canary_fault(kernel, args, arg_slot, slot, off, count)
 
     @staticmethod
     def _find_poison(arrays):
@@ -478,7 +357,8 @@ class CpuRuntime(Runtime):
             if a.dtype == np.float32:
                 hit = (a.view(np.uint32) & np.uint32(0x7FBFFFFF)) == np.uint32(POISON32)
             elif a.dtype == np.float64:
-                hit = (a.view(np.uint64) & np.uint64(0x7FF7FFFFFFFFFFFF)) == np.uint64(POISON64)
+                hit = ((a.view(np.uint64) & np.uint64(0x7FF7FFFFFFFFFFFF))
+                       == np.uint64(POISON32_AS_DOUBLE))
             else:
                 continue
             if hit.any():
@@ -501,107 +381,6 @@ class CpuRuntime(Runtime):
             lib.cudaemu_set_quiet(0)
             _flush_printf(lib, discard=True)
         return None
-
-    def _raise_poison(self, kernel, args, arg_slot, arrays, poisoned, place) -> None:
-        slot, hit = poisoned
-        a = arrays[slot]
-        i = arg_slot.index(slot)
-        p = kernel.params[i]
-        first = int(np.flatnonzero(hit.ravel())[0])
-        where = np.unravel_index(first, a.shape) if a.ndim > 1 else (first,)
-        used = (f" The first arithmetic on such a value is at {place}." if place else "")
-        raise KernelFault(
-            f"{place or 'line unknown'}: {kernel.name}: argument {i + 1} ({p.ctype} {p.name}) "
-            f"received {int(hit.sum())} value(s) computed from shared memory that no thread of "
-            f"the block had written (the first at index {tuple(int(x) for x in where)}).{used} "
-            "Shared memory is not zeroed when a block starts: the emulator fills it with NaN to "
-            "show such reads. Typical cause: the rows of the last K/V tile past the end of the "
-            "sequence are never loaded, yet are multiplied by a zero weight (0 × NaN is NaN; on "
-            "a GPU, 0 × garbage). Store zeros in those rows, or skip them; or a tile is read "
-            "before it is written (__syncthreads() too late).")
-
-    def _raise_fault(self, kernel, rec, args, arg_slot, bufs, smem, shared_mem, what) -> None:
-        module = kernel._module
-        who = (f"block ({rec.block[0]},{rec.block[1]},{rec.block[2]}), thread "
-               f"({rec.thread[0]},{rec.thread[1]},{rec.thread[2]})")
-        file = rec.file.decode(errors="replace")
-        text = rec.text.decode(errors="replace")
-        if rec.kind in (F_SEGV, F_BUS, F_FPE, F_ILL, F_STACK, F_INTERRUPT):
-            place = _source_line(rec, module.student_file)
-        else:
-            place = f"{file}:{rec.line}" if file and rec.line > 0 else None
-        if rec.kind == F_INTERRUPT:
-            raise KeyboardInterrupt(f"{kernel.name} interrupted at {place or 'an unknown line'}, "
-                                    f"in {who}{what}")
-        if rec.kind in (F_SEGV, F_BUS):
-            msg = self._describe_access(kernel, rec, args, arg_slot, bufs, smem, shared_mem)
-        elif rec.kind == F_STACK:
-            kb = int(os.environ.get("GRADER_CPU_STACK_KB") or 128)
-            msg = (f"a thread overflowed its stack ({kb} KB in the emulator): per-thread local "
-                   "arrays that large do not fit in registers on a GPU either and spill to slow "
-                   "local memory. Keep per-thread arrays small (or set GRADER_CPU_STACK_KB).")
-        elif rec.kind == F_FPE:
-            msg = {1: "integer division by zero", 2: "integer overflow in a division "
-                   "(INT_MIN / -1)", 7: "invalid floating-point operation on a NaN"}.get(
-                       rec.si_code, "arithmetic exception") + "."
-        elif rec.kind == F_ILL:
-            msg = ("reached code the compiler marked unreachable: typically a function declared "
-                   "to return a value that ends without `return`, or another undefined "
-                   "behaviour.")
-        elif rec.kind == F_SETUP:
-            msg = f"the emulator could not start the launch: {text}"
-        else:
-            msg = text
-        fault = KernelFault(f"{place or 'line unknown'}: {kernel.name}: {msg} ({who}){what}")
-        fault.place = place
-        fault.fpe_invalid = rec.kind == F_FPE and rec.si_code == 7
-        raise fault
-
-    def _describe_access(self, kernel, rec, args, arg_slot, bufs, smem, shared_mem) -> str:
-        rw = {1: "write", 0: "read"}.get(rec.is_write, "access")
-        addr = rec.addr
-        for slot, b in enumerate(bufs):
-            loc = b.locate(addr)
-            if loc is None:
-                continue
-            side, off = loc
-            i = arg_slot.index(slot)
-            p, a = kernel.params[i], args[i]
-            item = a.itemsize or 1
-            idx = off // item
-            if side == "after":
-                beyond = f"{idx - a.size + 1} element(s) past the last one"
-            elif side == "before":
-                beyond = f"{-idx} element(s) before the first one"
-            else:
-                beyond = "inside the buffer (a misaligned vector access?)"
-            return (f"out-of-bounds {rw} of argument {i + 1} ({p.ctype} {p.name}): element "
-                    f"{idx}, but the buffer holds {a.size} {a.dtype} elements (shape "
-                    f"{tuple(a.shape)}); the index is {beyond}. Check the bounds test on this "
-                    "line: the last tile may be partial.")
-        if smem is not None:
-            loc = smem.locate(addr)
-            if loc is not None:
-                side, off = loc
-                return (f"{rw} of dynamic shared memory at byte {off} (extern __shared__), but "
-                        f"the launch gave shared_mem={shared_mem} bytes. Either the kernel "
-                        "indexes past its tiles or the launch asks for too little: compute "
-                        "shared_mem from the same tile sizes the kernel uses.")
-        if rec.kind == F_SEGV and rec.si_code == 128 and addr == 0:
-            return (f"invalid {rw}: most likely a misaligned vector access (a float4 / int4 "
-                    "load or store needs an address that is a multiple of 16 bytes; "
-                    "reinterpret_cast<float4*>(p + k) needs k to be a multiple of 4).")
-        if addr < 65536:
-            return (f"{rw} through a null pointer (address {addr:#x}). A pointer argument "
-                    "that is 0, or dynamic shared memory used with shared_mem=0?")
-        return (f"{rw} of address {addr:#x}, which is in none of the launch's buffers: a "
-                "wild pointer. Look for an index that went negative in unsigned arithmetic "
-                "(e.g. `row - 1` with row == 0 as unsigned), or a pointer to a local variable "
-                "of another thread.")
-
-
-def _num(x) -> str:
-    return f"{float(x):.7g}" if np.asarray(x).dtype.kind == "f" else str(int(x))
 
 
 def _param_names(source: str, base: str, n: int) -> list[str]:
@@ -629,10 +408,6 @@ def _flush_printf(lib, discard: bool = False) -> None:
             return
         sys.stdout.write(buf.raw[:n].decode(errors="replace"))
         sys.stdout.flush()
-
-
-def _block_coords(b: int, grid) -> tuple[int, int, int]:
-    return (b % grid[0], (b // grid[0]) % grid[1], b // (grid[0] * grid[1]))
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:

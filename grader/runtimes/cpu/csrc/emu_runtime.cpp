@@ -24,13 +24,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <ucontext.h>  // for the signal handler's mcontext
 #include <unistd.h>
 
-#if !defined(__x86_64__) || defined(CUDAEMU_UCONTEXT)
-#define CUDAEMU_USE_UCONTEXT 1
-#include <ucontext.h>
+#include "cudaemu_abi.h"
+
+// Fiber context switching, one file per platform (each says what it must provide).
+#if defined(__x86_64__) && !defined(CUDAEMU_UCONTEXT)
+#include "platform/x86_64.h"
 #else
-#include <ucontext.h>  // for the signal handler's mcontext
+#include "platform/ucontext.h"
 #endif
 
 #define HIDDEN __attribute__((visibility("hidden")))
@@ -52,77 +55,31 @@ extern char __start_cuda_shared[] __attribute__((weak, visibility("hidden")));
 extern char __stop_cuda_shared[] __attribute__((weak, visibility("hidden")));
 }
 
-// Shared memory starts every block filled with this signalling NaN, so a read of a word that no
-// thread wrote turns into a NaN with a payload we can recognise in the outputs.
-static const uint32_t POISON32 = 0x7FBAD000u;
-static const uint64_t POISON64 = 0x7FF7BAD07FBAD000ull;
+// Shared memory starts every block filled with this signalling NaN (see cudaemu_abi.h).
+static const uint32_t POISON32 = CUDAEMU_POISON32;
+static const uint64_t POISON64 = CUDAEMU_POISON64;
 
 // ---------------------------------------------------------------------------------------------
-// What went wrong, for Python. Kept plain (no pointers into freed memory) so ctypes can read it.
+// What went wrong, for Python. Kept plain (no pointers into freed memory) so ctypes can read it;
+// the kinds and the fields are listed in cudaemu_abi.h, which Python reads too.
 
-enum FaultKind {
-  F_NONE = 0, F_SEGV = 1, F_BUS = 2, F_FPE = 3, F_ILL = 4, F_BARRIER = 5, F_WARP = 6,
-  F_DEADLOCK = 7, F_TRAP = 8, F_LIVELOCK = 9, F_INTERRUPT = 10, F_STACK = 11, F_SETUP = 12,
-};
+#define X(name, value) F_##name = value,
+enum FaultKind { F_NONE = 0, CUDAEMU_FAULT_KINDS(X) };
+#undef X
 
-struct FaultRecord {
-  int32_t kind;
-  int32_t is_write;      // 1 write, 0 read, -1 unknown
-  int32_t si_code;
-  int32_t line;          // for faults detected in a known source line (barriers, asserts)
-  uint64_t addr;         // faulting data address
-  uint64_t pc;           // faulting instruction
-  uint64_t frames[8];    // return addresses found by walking frame pointers
-  uint64_t sp_word;      // the word at the stack pointer: a leaf function's return address
-  uint32_t block[3];
-  uint32_t thread[3];
-  char file[256];
-  char text[2048];       // a ready-made explanation, when the runtime can write one itself
-};
+#define ONE(type, name) type name;
+#define MANY(type, name, count) type name[count];
+struct FaultRecord { CUDAEMU_FAULT_RECORD(ONE, MANY) };
+#undef ONE
+#undef MANY
 
 // ---------------------------------------------------------------------------------------------
-// Context switching.
-
-#ifndef CUDAEMU_USE_UCONTEXT
-// switch_to(&save_sp, load_sp): save callee-saved registers (and the SSE/x87 control words, which
-// the ABI also preserves) on the current stack, store its pointer, adopt the other stack, restore.
-extern "C" void cudaemu_switch(void** save_sp, void* load_sp);
-__asm__(
-    ".text\n"
-    ".p2align 4\n"
-    ".type cudaemu_switch,@function\n"
-    "cudaemu_switch:\n"
-    "  pushq %rbp\n"
-    "  pushq %rbx\n"
-    "  pushq %r12\n"
-    "  pushq %r13\n"
-    "  pushq %r14\n"
-    "  pushq %r15\n"
-    "  subq $8, %rsp\n"
-    "  stmxcsr (%rsp)\n"
-    "  fnstcw 4(%rsp)\n"
-    "  movq %rsp, (%rdi)\n"
-    "  movq %rsi, %rsp\n"
-    "  ldmxcsr (%rsp)\n"
-    "  fldcw 4(%rsp)\n"
-    "  addq $8, %rsp\n"
-    "  popq %r15\n"
-    "  popq %r14\n"
-    "  popq %r13\n"
-    "  popq %r12\n"
-    "  popq %rbx\n"
-    "  popq %rbp\n"
-    "  ret\n"
-    ".size cudaemu_switch, .-cudaemu_switch\n");
-#endif
+// Fibers, warps and the scheduler's state.
 
 enum FiberState { RUNNABLE = 0, AT_BARRIER = 1, AT_WARP = 2, EXITED = 3, FAULTED = 4 };
 
 struct Fiber {
-  void* sp;
-#ifdef CUDAEMU_USE_UCONTEXT
-  ucontext_t ctx;
-#endif
+  FiberContext ctx;
   int state;
   int linear;           // threadIdx flattened, x fastest
   int spun;             // yielded from a spin (failed atomicCAS, __nanosleep)
@@ -135,16 +92,13 @@ struct Fiber {
   char* stack_hi;       // one past the highest byte
 };
 
-enum WarpOp {
-  W_SHFL_IDX, W_SHFL_UP, W_SHFL_DOWN, W_SHFL_XOR, W_BALLOT, W_ANY, W_ALL, W_SYNCWARP,
-  W_REDUCE_ADD, W_REDUCE_MIN, W_REDUCE_MAX, W_REDUCE_UMIN, W_REDUCE_UMAX, W_REDUCE_AND,
-  W_REDUCE_OR, W_REDUCE_XOR, W_MATCH_ANY, W_NOPS
-};
-static const char* const WARP_OP_NAMES[W_NOPS] = {
-    "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync",
-    "__any_sync", "__all_sync", "__syncwarp", "__reduce_add_sync", "__reduce_min_sync",
-    "__reduce_max_sync", "__reduce_min_sync", "__reduce_max_sync", "__reduce_and_sync",
-    "__reduce_or_sync", "__reduce_xor_sync", "__match_any_sync"};
+// The codes the device headers pass in (cudaemu_abi.h), and the names messages use.
+#define X(name, cuda_name) W_##name,
+enum WarpOp { CUDAEMU_WARP_OPS(X) W_NOPS };
+#undef X
+#define X(name, cuda_name) cuda_name,
+static const char* const WARP_OP_NAMES[W_NOPS] = {CUDAEMU_WARP_OPS(X)};
+#undef X
 
 struct Warp {
   uint32_t exists;      // lanes that are threads of this block
@@ -157,9 +111,12 @@ struct Warp {
   uint64_t out[32];
 };
 
-enum BarrierOp { B_SYNC = 0, B_COUNT = 1, B_AND = 2, B_OR = 3 };
-static const char* const BARRIER_NAMES[4] = {"__syncthreads", "__syncthreads_count",
-                                             "__syncthreads_and", "__syncthreads_or"};
+#define X(name, cuda_name) B_##name,
+enum BarrierOp { CUDAEMU_BARRIER_OPS(X) B_NOPS };
+#undef X
+#define X(name, cuda_name) cuda_name,
+static const char* const BARRIER_NAMES[B_NOPS] = {CUDAEMU_BARRIER_OPS(X)};
+#undef X
 
 // One launch at a time per process: the Python side holds a lock around cudaemu_launch.
 static Fiber* fibers;
@@ -170,10 +127,7 @@ static size_t stack_size = 128 * 1024;
 static Warp* warps;
 static int nwarps_alloc;
 static Fiber* cur;
-static void* sched_sp;
-#ifdef CUDAEMU_USE_UCONTEXT
-static ucontext_t sched_ctx;
-#endif
+static FiberContext sched_ctx;
 static volatile sig_atomic_t in_fiber;
 static volatile sig_atomic_t interrupted;
 // Diagnosis of reads of unwritten shared memory: fibers run with the "invalid operation"
@@ -220,12 +174,7 @@ static void note_where(const char* file, int line) {
 // Fiber plumbing.
 
 static void yield_to_scheduler() {
-  Fiber* f = cur;
-#ifdef CUDAEMU_USE_UCONTEXT
-  swapcontext(&f->ctx, &sched_ctx);
-#else
-  cudaemu_switch(&f->sp, sched_sp);
-#endif
+  context_switch(&cur->ctx, &sched_ctx);
 }
 
 static void fiber_main() {
@@ -246,11 +195,7 @@ static void resume(Fiber* f) {
   cur = f;
   threadIdx = f->tid;
   in_fiber = 1;
-#ifdef CUDAEMU_USE_UCONTEXT
-  swapcontext(&sched_ctx, &f->ctx);
-#else
-  cudaemu_switch(&sched_sp, f->sp);
-#endif
+  context_switch(&sched_ctx, &f->ctx);
   in_fiber = 0;
 }
 
@@ -259,34 +204,7 @@ static void start_fiber(Fiber* f) {
   f->spun = 0;
   f->wait_file = nullptr;
   f->wait_line = 0;
-#ifdef CUDAEMU_USE_UCONTEXT
-  getcontext(&f->ctx);
-  f->ctx.uc_stack.ss_sp = f->stack_lo;
-  f->ctx.uc_stack.ss_size = (size_t)(f->stack_hi - f->stack_lo);
-  f->ctx.uc_link = nullptr;
-  makecontext(&f->ctx, fiber_main, 0);
-#if defined(__x86_64__) && defined(__linux__)
-  f->ctx.uc_mcontext.fpregs->mxcsr &= ~0x3Fu;
-  if (trap_invalid) f->ctx.uc_mcontext.fpregs->mxcsr &= ~0x80u;
-#endif
-#else
-  // Lay out the frame cudaemu_switch pops: control words, six registers, then fiber_main as
-  // the return address. The slot above keeps the stack aligned as at a call.
-  uint64_t* sp = (uint64_t*)f->stack_hi;
-  *--sp = 0;
-  *--sp = (uint64_t)(uintptr_t)fiber_main;
-  for (int i = 0; i < 6; ++i) *--sp = 0;
-  uint32_t mxcsr;
-  uint16_t fpucw;
-  __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
-  __asm__ volatile("fnstcw %0" : "=m"(fpucw));
-  mxcsr &= ~0x3Fu;                   // no stale exception flags
-  if (trap_invalid) mxcsr &= ~0x80u;  // unmask "invalid"
-  --sp;
-  memcpy(sp, &mxcsr, 4);
-  memcpy((char*)sp + 4, &fpucw, 2);
-  f->sp = sp;
-#endif
+  context_start(&f->ctx, f->stack_lo, f->stack_hi, fiber_main, trap_invalid);
 }
 
 static int ensure_fibers(int n) {

@@ -1,0 +1,36 @@
+// emu/builtins.h: the built-in variables (threadIdx, blockIdx, blockDim, gridDim, warpSize) and
+// the calls into emu_runtime.cpp that the other headers make.
+//
+// The variables belong to the runtime, which sets them before it resumes each fiber.
+#pragma once
+
+#include "vector_types.h"
+#include "../cudaemu_abi.h"
+
+extern "C" {
+extern __CUDAEMU_HIDDEN uint3 threadIdx;
+extern __CUDAEMU_HIDDEN uint3 blockIdx;
+extern __CUDAEMU_HIDDEN dim3 blockDim;
+extern __CUDAEMU_HIDDEN dim3 gridDim;
+extern __CUDAEMU_HIDDEN void* __cudaemu_dynamic_smem;
+extern __CUDAEMU_HIDDEN unsigned long long __cudaemu_float_atomics;
+extern __CUDAEMU_HIDDEN unsigned long long __cudaemu_clock;
+
+__CUDAEMU_HIDDEN void __cudaemu_syncthreads(const char* file, int line);
+__CUDAEMU_HIDDEN int __cudaemu_syncthreads_op(int op, int pred, const char* file, int line);
+__CUDAEMU_HIDDEN unsigned long long __cudaemu_warp(int op, unsigned mask, unsigned long long v,
+                                                   int param, int width, const char* file,
+                                                   int line);
+__CUDAEMU_HIDDEN unsigned __cudaemu_activemask(void);
+__CUDAEMU_HIDDEN void __cudaemu_spin_yield(const char* file, int line);
+__CUDAEMU_HIDDEN int __cudaemu_printf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+__CUDAEMU_HIDDEN __attribute__((noreturn)) void __cudaemu_fault(int kind, const char* what,
+                                                                const char* file, int line);
+}
+
+static constexpr int warpSize = 32;
+
+// Fault kinds, for the kernel's own checks (checks.h): __CUDAEMU_F_TRAP ...
+#define __CUDAEMU_X(name, value) __CUDAEMU_F_##name = value,
+enum { CUDAEMU_FAULT_KINDS(__CUDAEMU_X) };
+#undef __CUDAEMU_X

@@ -1,0 +1,166 @@
+"""The emulator's findings in the course's words: each function here returns the exception that
+runtime.py raises for one kind of finding (a fault record from the C side, a data race, a write
+past a buffer's end, outputs made from unwritten shared memory).
+
+The messages name the student's line where one is known, the block and thread, the argument by
+position, type and name, and the usual cause, because they are what a student reads first.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..base import KernelFault
+from .abi import F_BUS, F_FPE, F_ILL, F_INTERRUPT, F_SEGV, F_SETUP, F_STACK, FaultRecord
+from .symbols import source_line
+
+
+def _argument(kernel, args, arg_slot, slot):
+    """(position, Param, value) of the first argument that uses guarded buffer ``slot``."""
+    i = arg_slot.index(slot)
+    return i, kernel.params[i], args[i]
+
+
+def launch_fault(kernel, rec: FaultRecord, args, arg_slot, bufs, smem, shared_mem,
+                 what: str) -> BaseException:
+    """The exception for a failed cudaemu_launch: KernelFault, or KeyboardInterrupt on Ctrl-C.
+
+    The KernelFault carries ``place`` (file:line or None) and ``fpe_invalid`` (the first use of
+    the poison trapped), which the runtime's search for a poisoned value's line reads.
+    """
+    module = kernel._module
+    who = (f"block ({rec.block[0]},{rec.block[1]},{rec.block[2]}), thread "
+           f"({rec.thread[0]},{rec.thread[1]},{rec.thread[2]})")
+    file = rec.file.decode(errors="replace")
+    text = rec.text.decode(errors="replace")
+    if rec.kind in (F_SEGV, F_BUS, F_FPE, F_ILL, F_STACK, F_INTERRUPT):
+        place = source_line(rec, module.student_file)
+    else:
+        place = f"{file}:{rec.line}" if file and rec.line > 0 else None
+    if rec.kind == F_INTERRUPT:
+        return KeyboardInterrupt(f"{kernel.name} interrupted at {place or 'an unknown line'}, "
+                                 f"in {who}{what}")
+    if rec.kind in (F_SEGV, F_BUS):
+        msg = _describe_access(kernel, rec, args, arg_slot, bufs, smem, shared_mem)
+    elif rec.kind == F_STACK:
+        kb = int(os.environ.get("GRADER_CPU_STACK_KB") or 128)
+        msg = (f"a thread overflowed its stack ({kb} KB in the emulator): per-thread local "
+               "arrays that large do not fit in registers on a GPU either and spill to slow "
+               "local memory. Keep per-thread arrays small (or set GRADER_CPU_STACK_KB).")
+    elif rec.kind == F_FPE:
+        msg = {1: "integer division by zero", 2: "integer overflow in a division "
+               "(INT_MIN / -1)", 7: "invalid floating-point operation on a NaN"}.get(
+                   rec.si_code, "arithmetic exception") + "."
+    elif rec.kind == F_ILL:
+        msg = ("reached code the compiler marked unreachable: typically a function declared "
+               "to return a value that ends without `return`, or another undefined "
+               "behaviour.")
+    elif rec.kind == F_SETUP:
+        msg = f"the emulator could not start the launch: {text}"
+    else:
+        msg = text
+    fault = KernelFault(f"{place or 'line unknown'}: {kernel.name}: {msg} ({who}){what}")
+    fault.place = place
+    fault.fpe_invalid = rec.kind == F_FPE and rec.si_code == 7
+    return fault
+
+
+def _describe_access(kernel, rec, args, arg_slot, bufs, smem, shared_mem) -> str:
+    rw = {1: "write", 0: "read"}.get(rec.is_write, "access")
+    addr = rec.addr
+    for slot, b in enumerate(bufs):
+        loc = b.locate(addr)
+        if loc is None:
+            continue
+        side, off = loc
+        i, p, a = _argument(kernel, args, arg_slot, slot)
+        item = a.itemsize or 1
+        idx = off // item
+        if side == "after":
+            beyond = f"{idx - a.size + 1} element(s) past the last one"
+        elif side == "before":
+            beyond = f"{-idx} element(s) before the first one"
+        else:
+            beyond = "inside the buffer (a misaligned vector access?)"
+        return (f"out-of-bounds {rw} of argument {i + 1} ({p.ctype} {p.name}): element "
+                f"{idx}, but the buffer holds {a.size} {a.dtype} elements (shape "
+                f"{tuple(a.shape)}); the index is {beyond}. Check the bounds test on this "
+                "line: the last tile may be partial.")
+    if smem is not None:
+        loc = smem.locate(addr)
+        if loc is not None:
+            side, off = loc
+            return (f"{rw} of dynamic shared memory at byte {off} (extern __shared__), but "
+                    f"the launch gave shared_mem={shared_mem} bytes. Either the kernel "
+                    "indexes past its tiles or the launch asks for too little: compute "
+                    "shared_mem from the same tile sizes the kernel uses.")
+    if rec.kind == F_SEGV and rec.si_code == 128 and addr == 0:
+        return (f"invalid {rw}: most likely a misaligned vector access (a float4 / int4 "
+                "load or store needs an address that is a multiple of 16 bytes; "
+                "reinterpret_cast<float4*>(p + k) needs k to be a multiple of 4).")
+    if addr < 65536:
+        return (f"{rw} through a null pointer (address {addr:#x}). A pointer argument "
+                "that is 0, or dynamic shared memory used with shared_mem=0?")
+    return (f"{rw} of address {addr:#x}, which is in none of the launch's buffers: a "
+            "wild pointer. Look for an index that went negative in unsigned arithmetic "
+            "(e.g. `row - 1` with row == 0 as unsigned), or a pointer to a local variable "
+            "of another thread.")
+
+
+def race_fault(kernel, args, arg_slot, slot, ref, got, idx, ndiff, sample, grid,
+               how) -> KernelFault:
+    """Rerunning ``sample`` blocks with their threads in another order (``how``) changed the
+    output in guarded buffer ``slot``: ``ref`` became ``got``, first at flat index ``idx``."""
+    i, p, _ = _argument(kernel, args, arg_slot, slot)
+    where = np.unravel_index(idx, ref.shape) if ref.ndim > 1 else (idx,)
+    blocks = ", ".join(str(_block_coords(b, grid)) for b in sample[:4])
+    return KernelFault(
+        f"{kernel.name}: the result depends on the order in which the threads of a block run "
+        f"— a data race. Running block(s) {blocks} with their threads {how} instead of "
+        f"forward changed argument {i + 1} ({p.ctype} {p.name}) at index "
+        f"{tuple(int(x) for x in where)}: {_num(ref.flat[idx])} became {_num(got.flat[idx])} "
+        f"({ndiff} element(s) differ). Some thread reads memory (usually a shared-memory "
+        "tile) that other threads write, without a __syncthreads() between the write and "
+        "the read; or a tile is overwritten for the next iteration before every thread has "
+        "finished reading it (a missing __syncthreads() at the end of the loop).")
+
+
+def canary_fault(kernel, args, arg_slot, slot, off, count) -> KernelFault:
+    """``count`` bytes around guarded buffer ``slot`` were overwritten, from byte ``off``."""
+    i, p, a = _argument(kernel, args, arg_slot, slot)
+    side = "before its start" if off < 0 else "past its end"
+    return KernelFault(
+        f"{kernel.name}: out-of-bounds write of argument {i + 1} ({p.ctype} {p.name}): "
+        f"{count} byte(s) {side} (byte offset {off}; the buffer holds {a.size} "
+        f"{a.dtype} elements, {a.nbytes} bytes) were overwritten. The emulator noticed it "
+        "after the launch, so it cannot name the line: look for an index that can reach "
+        "past the last element or below 0.")
+
+
+def poison_fault(kernel, args, arg_slot, arrays, poisoned, place) -> KernelFault:
+    """Output ``arrays[slot]`` holds the shared-memory poison where ``hit`` is set
+    (``poisoned`` = (slot, hit)); ``place`` is the line of its first use, if found."""
+    slot, hit = poisoned
+    a = arrays[slot]
+    i, p, _ = _argument(kernel, args, arg_slot, slot)
+    first = int(np.flatnonzero(hit.ravel())[0])
+    where = np.unravel_index(first, a.shape) if a.ndim > 1 else (first,)
+    used = (f" The first arithmetic on such a value is at {place}." if place else "")
+    return KernelFault(
+        f"{place or 'line unknown'}: {kernel.name}: argument {i + 1} ({p.ctype} {p.name}) "
+        f"received {int(hit.sum())} value(s) computed from shared memory that no thread of "
+        f"the block had written (the first at index {tuple(int(x) for x in where)}).{used} "
+        "Shared memory is not zeroed when a block starts: the emulator fills it with NaN to "
+        "show such reads. Typical cause: the rows of the last K/V tile past the end of the "
+        "sequence are never loaded, yet are multiplied by a zero weight (0 × NaN is NaN; on "
+        "a GPU, 0 × garbage). Store zeros in those rows, or skip them; or a tile is read "
+        "before it is written (__syncthreads() too late).")
+
+
+def _num(x) -> str:
+    return f"{float(x):.7g}" if np.asarray(x).dtype.kind == "f" else str(int(x))
+
+
+def _block_coords(b: int, grid) -> tuple[int, int, int]:
+    return (b % grid[0], (b // grid[0]) % grid[1], b // (grid[0] * grid[1]))

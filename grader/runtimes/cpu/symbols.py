@@ -1,0 +1,59 @@
+"""Symbolisation: from the addresses in a fault record to the student's file and line.
+
+dladdr() says which loaded library an address is in, addr2line reads that library's line table
+(with its inline chains, since kernels are built with -O2), and the first frame in the student's
+file wins. The kernel libraries are built with frame pointers and -g1 so that this works.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import subprocess
+
+from .abi import DlInfo, FaultRecord, libc
+
+
+def addr2line(lib_path: str, offsets: list[int]) -> list[list[tuple[str, int]]]:
+    """For each offset, the inline chain of (file, line), innermost first ([] if unknown)."""
+    tool = os.environ.get("ADDR2LINE") or "addr2line"
+    try:
+        out = subprocess.run([tool, "-e", lib_path, "-i", "-a", *[hex(o) for o in offsets]],
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return [[] for _ in offsets]
+    chains: list[list[tuple[str, int]]] = []
+    for line in out.splitlines():
+        if re.match(r"^0x[0-9a-f]+$", line.strip()):
+            chains.append([])
+            continue
+        m = re.match(r"^(.*):(\d+)", line.strip())
+        if m and chains is not None and chains:
+            chains[-1].append((m.group(1), int(m.group(2))))
+    while len(chains) < len(offsets):
+        chains.append([])
+    return chains
+
+
+def source_line(rec: FaultRecord, student_file: str) -> str | None:
+    """'file:line' of the faulting instruction in the student's file, if it can be found."""
+    addrs = [rec.pc] + [a for a in [rec.sp_word, *rec.frames] if a]
+    places = []
+    for i, a in enumerate(addrs):
+        info = DlInfo()
+        if not libc.dladdr(ctypes.c_void_p(a), ctypes.byref(info)) or not info.dli_fname:
+            continue
+        # A return address points after the call; step back into it.
+        places.append((info.dli_fname.decode(), a - (info.dli_fbase or 0) - (1 if i else 0)))
+    by_lib: dict[str, list[int]] = {}
+    for lib, off in places:
+        by_lib.setdefault(lib, []).append(off)
+    found = {}
+    for lib, offs in by_lib.items():
+        for off, chain in zip(offs, addr2line(lib, offs)):
+            found[(lib, off)] = chain
+    for lib, off in places:
+        for f, line in found.get((lib, off), []):
+            if os.path.basename(f) == os.path.basename(student_file) and line > 0:
+                return f"{student_file}:{line}"
+    return None
