@@ -13,17 +13,25 @@ streams the keys and values through shared memory, BLOCK_N at a time, never writ
 Each thread owns TM = 4 query rows: a 4 × TN micro-tile of S and a 4 × (D / COLS) micro-tile of the
 output, in registers. The COLS = 8 threads that share a group of rows are consecutive lanes of one
 warp, so a row's max and sum are combined with three shuffles.
+
+The tile sizes are stated once, in CONFIG (below the kernel), and compiled into it as -D options.
 """
 
 KERNEL = r"""
-// Tile sizes. Shared memory per block is 4·(D·BLOCK_M + 2·D·BLOCK_N + BLOCK_N·BLOCK_M) bytes: 112 KB
-// for D = 128, so two blocks fit on one H100 SM (228 KB).
-constexpr int BLOCK_M = 64;                  // query rows per block
-constexpr int BLOCK_N = 64;                  // keys per tile
-constexpr int TM = 4;                        // query rows per thread (one float4 of a column of Q)
-constexpr int COLS = 8;                      // threads that share a row: its keys and features are split 8 ways
+// Tile sizes: CONFIG in the Python code below compiles them in (-DBLOCK_M=64 -DBLOCK_N=64 -DTM=4 -DCOLS=8).
+//   BLOCK_M   query rows per block
+//   BLOCK_N   keys per tile
+//   TM        query rows per thread (one float4 of a column of Q)
+//   COLS      threads that share a row: its keys and features are split 8 ways
+// Shared memory per block is 4·(D·BLOCK_M + 2·D·BLOCK_N + BLOCK_N·BLOCK_M) bytes: 112 KB for D = 128
+// at 64 × 64, so two blocks fit on one H100 SM (228 KB).
+#if !defined(BLOCK_M) || !defined(BLOCK_N) || !defined(TM) || !defined(COLS)
+#error "BLOCK_M, BLOCK_N, TM and COLS come from CONFIG in the Python launch code, passed to rt.compile as -D options"
+#endif
 constexpr int TN = BLOCK_N / COLS;           // keys per thread in a tile of S
 constexpr int NTHREADS = (BLOCK_M / TM) * COLS;
+static_assert(TM == 4, "a thread's TM rows are one float4 of a column of Q");
+static_assert(32 % COLS == 0 && NTHREADS % 32 == 0, "a row group is COLS neighbouring lanes of one warp");
 
 // Thread tx owns keys and features in float4 chunks interleaved across the 8 threads: element n of its
 // slice is column (n / 4) · 32 + tx · 4 + n % 4. Eight neighbouring lanes then read 32 consecutive
@@ -86,8 +94,9 @@ flash_forward(const float* __restrict__ q, const float* __restrict__ k, const fl
 }
 """
 
-BLOCK_M, BLOCK_N, TM, COLS = 64, 64, 4, 8      # keep in step with the constants at the top of KERNEL
-NTHREADS = (BLOCK_M // TM) * COLS
+# The tile sizes, stated once: each call compiles KERNEL with them as -D options. A variant is one
+# assignment away: CONFIG = dict(CONFIG, BLOCK_N=32) (scripts/tune_flash.py sweeps them).
+CONFIG = dict(BLOCK_M=64, BLOCK_N=64, TM=4, COLS=8)
 HEAD_DIMS = (32, 64, 96, 128)
 
 
@@ -95,9 +104,15 @@ def cdiv(a, b):
     return (a + b - 1) // b
 
 
+def nthreads():
+    """Threads per block, NTHREADS in the kernel: BLOCK_M / TM row groups of COLS threads each."""
+    return CONFIG["BLOCK_M"] // CONFIG["TM"] * CONFIG["COLS"]
+
+
 def shared_bytes(d):
-    """q_s, k_s, v_s and p_s, in bytes."""
-    return 4 * (d * BLOCK_M + d * BLOCK_N + BLOCK_N * d + BLOCK_N * BLOCK_M)
+    """q_s, k_s, v_s and p_s, in bytes, for the tile sizes in CONFIG."""
+    m, n = CONFIG["BLOCK_M"], CONFIG["BLOCK_N"]
+    return 4 * (d * m + d * n + n * d + n * m)
 
 
 def flash_forward(rt, q, k, v, scale):
@@ -107,7 +122,10 @@ def flash_forward(rt, q, k, v, scale):
     if d not in HEAD_DIMS:
         raise ValueError(f"head_dim {d} is not supported (choose one of {HEAD_DIMS})")
     name = f"flash_forward<{d}>"                  # one compiled kernel per head_dim
-    kernel = rt.compile(KERNEL, name_expressions=[f"flash_forward<{x}>" for x in HEAD_DIMS]).get_function(name)
+    options = tuple(f"-D{key}={val}" for key, val in CONFIG.items())   # the tile sizes: the kernel's macros
+    kernel = rt.compile(KERNEL, options=options,
+                        name_expressions=[f"flash_forward<{x}>" for x in HEAD_DIMS]).get_function(name)
+    BLOCK_M, NTHREADS = CONFIG["BLOCK_M"], nthreads()                  # as the kernel sees them
     o = rt.empty((B, H, n_q, d), "float32")
     lse = rt.empty((B, H, n_q), "float32")
 

@@ -10,16 +10,22 @@ Two kernels, as in Flash-Decoding:
                       and writes each head's normalised o_s and lse_s to the workspace.
     splitkv_combine   grid (H, B): o = Σ_s exp(lse_s - lse) o_s with lse = log Σ_s exp(lse_s).
 A context of length 0 outputs o = 0 and lse = -inf.
+
+The tuning constants are stated once, in CONFIG (below the kernels), and compiled in as -D options.
 """
 import functools
 
 KERNEL = r"""
-#define WARPS 4            // warps per partial block; each warp walks its own keys of the split
-#define KEYS_PER_STEP 8    // keys a warp loads before it uses them: more bytes in flight per warp
-#define MIN_BLOCKS 4       // blocks per SM the compiler must leave registers for
-#define MAX_D 128          // head dim: lane t owns features 4t .. 4t+3 (one float4)
+// Tuning constants: CONFIG in the Python code below compiles them in (-DWARPS=4 -DKEYS_PER_STEP=8 ...).
+//   WARPS           warps per partial block; each warp walks its own keys of the split
+//   KEYS_PER_STEP   keys a warp loads before it uses them: more bytes in flight per warp
+//   MIN_BLOCKS      blocks per SM the compiler must leave registers for
+#if !defined(WARPS) || !defined(KEYS_PER_STEP) || !defined(MIN_BLOCKS)
+#error "WARPS, KEYS_PER_STEP and MIN_BLOCKS come from CONFIG in the Python launch code, passed to rt.compile as -D options"
+#endif
+constexpr int MAX_D = 128;  // head dim: lane t owns features 4t .. 4t+3 (one float4); a limit, not a knob
 #ifndef GROUP
-#define GROUP 1            // query heads per kv head, H / Hkv: set by the launch code (-DGROUP=4),
+#define GROUP 1            // query heads per kv head, H / H_kv: set by the launch code (-DGROUP=4),
 #endif                     // so that the per-head arrays below have a fixed size and stay in registers
 
 __device__ float warp_sum(float x)
@@ -32,16 +38,16 @@ __device__ float warp_sum(float x)
 __device__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 
 // Where key j of sequence b, kv head kv starts: the contiguous cache is [B, Hkv, max_len, d].
-__device__ size_t kv_offset(int b, int kv, int j, int n_kv_heads, int max_len, int d)
+__device__ size_t kv_offset(int b, int kv, int j, int H_kv, int max_len, int d)
 {
-    return ((size_t)(b * n_kv_heads + kv) * max_len + j) * d;
+    return ((size_t)(b * H_kv + kv) * max_len + j) * d;
 }
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 splitkv_partial(const float* __restrict__ q, const float* __restrict__ k_cache,
                 const float* __restrict__ v_cache, const int* __restrict__ context_lens,
                 float* __restrict__ o_part, float* __restrict__ lse_part,
-                int n_heads, int n_kv_heads, int max_len, int d, int chunk, float scale_log2)
+                int H, int H_kv, int max_len, int d, int chunk, float scale_log2)
 {
     int split = blockIdx.x, kv = blockIdx.y, b = blockIdx.z, n_splits = gridDim.x;
     int start = split * chunk;
@@ -61,7 +67,7 @@ splitkv_partial(const float* __restrict__ q, const float* __restrict__ k_cache,
         m[g] = -INFINITY;
         l[g] = 0.f;
         if (active) {
-            float4 x = reinterpret_cast<const float4*>(q + ((size_t)b * n_heads + kv * GROUP + g) * d)[lane];
+            float4 x = reinterpret_cast<const float4*>(q + ((size_t)b * H + kv * GROUP + g) * d)[lane];
             qv[g] = make_float4(x.x * scale_log2, x.y * scale_log2, x.z * scale_log2, x.w * scale_log2);
         }
     }
@@ -77,11 +83,11 @@ extern "C" __global__ void splitkv_combine(const float* __restrict__ o_part,
                                            const float* __restrict__ lse_part,
                                            const int* __restrict__ context_lens,
                                            float* __restrict__ o, float* __restrict__ lse,
-                                           int n_heads, int d, int n_splits, int chunk)
+                                           int H, int d, int n_splits, int chunk)
 {
     int h = blockIdx.x, b = blockIdx.y, lane = threadIdx.x;
     int used = (context_lens[b] + chunk - 1) / chunk;  // splits that held keys; the others wrote nothing
-    size_t row = (size_t)b * n_heads + h;
+    size_t row = (size_t)b * H + h;
     const float* lse_s = lse_part + row * n_splits;
     const float4* o_s = reinterpret_cast<const float4*>(o_part + row * n_splits * d);
 
@@ -89,45 +95,55 @@ extern "C" __global__ void splitkv_combine(const float* __restrict__ o_part,
 }
 """
 
-WARPS, MAX_D = 4, 128                     # as in the kernel source
-MAX_GROUP = 16                            # H / Hkv: registers and shared memory grow with it
+# The tuning constants, stated once: each build compiles KERNEL with them as -D options. A variant is
+# one assignment away: CONFIG = dict(CONFIG, WARPS=8) (scripts/tune_decode.py sweeps them).
+CONFIG = dict(WARPS=4, KEYS_PER_STEP=8, MIN_BLOCKS=4)
+MAX_D = 128                               # as in the kernel: 32 lanes × one float4
+MAX_GROUP = 16                            # H / H_kv: registers and shared memory grow with it
 MIN_CHUNK = 256                           # no split shorter than this many keys
 BLOCKS_PER_SM = 4                         # aim for this many partial blocks per SM
 LOG2E = 1.4426950408889634
 
 
+def cdiv(a, b):
+    return (a + b - 1) // b
+
+
 @functools.lru_cache(maxsize=None)
-def _kernels(rt, group):
-    # One build per group size (compiled once, not on every call): GROUP fixes the register arrays.
-    mod = rt.compile(KERNEL, options=(f"-DGROUP={group}",))
+def _kernels(rt, group, config):
+    # One build per group size and CONFIG (compiled once, not on every call): GROUP fixes the register
+    # arrays. config is CONFIG's items as a tuple, so that the cache can key on it.
+    options = tuple(f"-D{key}={val}" for key, val in config) + (f"-DGROUP={group}",)
+    mod = rt.compile(KERNEL, options=options)
     return mod.get_function("splitkv_partial"), mod.get_function("splitkv_combine")
 
 
-def choose_num_splits(rt, batch, n_kv_heads, max_len):
+def choose_num_splits(rt, B, H_kv, max_len):
     """How many splits of the cache: enough blocks to fill the GPU, none too short to pay off."""
-    # TODO(4): blocks without splitting = batch · Hkv; split until about BLOCKS_PER_SM blocks per SM, but keep splits >= MIN_CHUNK keys
+    # TODO(4): blocks without splitting = B · H_kv; split until about BLOCKS_PER_SM blocks per SM, but keep splits >= MIN_CHUNK keys
     return 1
 
 
 def splitkv_decode(rt, q, k_cache, v_cache, context_lens, scale, num_splits=None):
     """q [B, H, d]; k_cache, v_cache [B, Hkv, max_len, d]; context_lens [B] int32 -> (o [B, H, d], lse [B, H])."""
     B, H, d = q.shape
-    _, Hkv, max_len, _ = k_cache.shape
-    if H % Hkv or H // Hkv > MAX_GROUP:
-        raise ValueError(f"H={H} must be a multiple of Hkv={Hkv} with H/Hkv <= {MAX_GROUP}")
+    _, H_kv, max_len, _ = k_cache.shape
+    if H % H_kv or H // H_kv > MAX_GROUP:
+        raise ValueError(f"H={H} must be a multiple of H_kv={H_kv} with H/H_kv <= {MAX_GROUP}")
     if d % 4 or d > MAX_D:
         raise ValueError(f"head dim d={d} must be a multiple of 4 and at most {MAX_D} (one float4 per lane)")
-    partial, combine = _kernels(rt, H // Hkv)
-    n_splits = num_splits or choose_num_splits(rt, B, Hkv, max_len)
-    chunk = max(1, -(-max_len // n_splits))            # keys per split
-    n_splits = max(1, -(-max_len // chunk))            # rounding may leave fewer splits
+    partial, combine = _kernels(rt, H // H_kv, tuple(CONFIG.items()))
+    threads = CONFIG["WARPS"] * 32                     # as the partial kernel was built
+    n_splits = num_splits or choose_num_splits(rt, B, H_kv, max_len)
+    chunk = max(1, cdiv(max_len, n_splits))            # keys per split
+    n_splits = max(1, cdiv(max_len, chunk))            # rounding may leave fewer splits
 
     o_part = rt.empty((B, H, n_splits, d), "float32")  # workspace: each split's normalised output
     lse_part = rt.empty((B, H, n_splits), "float32")   # ... and its log-sum-exp
     o = rt.empty((B, H, d), "float32")
     lse = rt.empty((B, H), "float32")
-    partial((n_splits, Hkv, B), (WARPS * 32,),
-            (q, k_cache, v_cache, context_lens, o_part, lse_part, rt.int32(H), rt.int32(Hkv),
+    partial((n_splits, H_kv, B), (threads,),
+            (q, k_cache, v_cache, context_lens, o_part, lse_part, rt.int32(H), rt.int32(H_kv),
              rt.int32(max_len), rt.int32(d), rt.int32(chunk), rt.float32(scale * LOG2E)))
     combine((H, B), (32,),
             (o_part, lse_part, context_lens, o, lse, rt.int32(H), rt.int32(d), rt.int32(n_splits),

@@ -4,13 +4,13 @@ float64 reference on small shapes, then timed at the bench shape next to naive c
 
     PYTHONPATH=$PWD python scripts/tune_flash.py [--variants 64x64,64x32,...] [--reps 10]
 
-A variant replaces the BLOCK_M / BLOCK_N constants in the solution's KERNEL (and the Python copies).
+A variant is the solution module with BLOCK_M and BLOCK_N set in its CONFIG: the launch code compiles the
+kernel with CONFIG's values as -D options, and computes its threads and shared memory from them.
 """
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,15 +20,10 @@ sys.path.insert(0, str(ROOT))
 
 
 def variant(mod_name, bm, bn):
+    """The solution, freshly loaded, with BLOCK_M = bm and BLOCK_N = bn in its CONFIG."""
     from grader.course import load
     m = load(mod_name)
-    src = m.KERNEL
-    for name, val in (("BLOCK_M", bm), ("BLOCK_N", bn)):
-        old = f"constexpr int {name} = {getattr(m, name)};"
-        assert old in src, old
-        src = src.replace(old, f"constexpr int {name} = {val};")
-    m.KERNEL, m.BLOCK_M, m.BLOCK_N = src, bm, bn
-    m.NTHREADS = (bm // m.TM) * m.COLS
+    m.CONFIG = dict(m.CONFIG, BLOCK_M=bm, BLOCK_N=bn)
     return m
 
 
@@ -38,17 +33,20 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--N", type=int, default=4096)
     args = ap.parse_args()
-    from grader import references as R
+    from grader.attention import baselines as BL
+    from grader.attention import references as R
+    from grader.attention.inputs import attention_inputs
     from grader.bench import time_gpu
+    from grader.course import load
     from grader.runtimes import get_runtime
-    from grader.tasks import flash_forward as F
+    from grader.spec import BenchContext
     rt = get_runtime("gpu")
     cp = rt.xp
     print(f"device: {rt.device_name}, SMs {rt.multiprocessor_count}, smem opt-in {rt.max_shared_memory_per_block_optin}")
     rng = np.random.default_rng(0)
 
     def inputs(B, H, Hkv, n_q, n_k, d):
-        x = F.attention_inputs(dict(B=B, H=H, Hkv=Hkv, Nq=n_q, Nk=n_k, d=d), rng)
+        x = attention_inputs(dict(B=B, H=H, Hkv=Hkv, Nq=n_q, Nk=n_k, d=d), rng)
         return x, {k: rt.asarray(v) if isinstance(v, np.ndarray) else v for k, v in x.items()}
 
     small = [(1, 2, 1, 130, 200, 32), (1, 2, 2, 77, 300, 64), (1, 2, 1, 150, 60, 96), (1, 1, 1, 200, 200, 128),
@@ -60,15 +58,15 @@ def main() -> int:
                      R.attention(x["q"], x["k"], x["v"], x["scale"], causal=True))
     p = dict(B=2, H=16, Hkv=16, Nq=args.N, Nk=args.N, d=128)
     _, big = inputs(2, 16, 16, args.N, args.N, 128)
-    flops = F.attention_flops(p)
+    flops = BL.attention_flops(p)
 
     def t(fn):
         return float(np.median(time_gpu(fn, rt, warmup=2, reps=args.reps)))
 
     rows = []
-    ms_naive = t(lambda: F.naive_cublas(rt, big, p))
+    ms_naive = t(lambda: BL.naive_cublas(BenchContext(rt, big, p, load)))
     rows.append(("naive (cuBLAS)", "", ms_naive, flops / ms_naive / 1e9, ""))
-    ms_naive_c = t(lambda: F.naive_cublas(rt, big, p, causal=True))
+    ms_naive_c = t(lambda: BL.naive_cublas(BenchContext(rt, big, p, load), causal=True))
     rows.append(("naive causal (cuBLAS)", "", ms_naive_c, flops / 2 / ms_naive_c / 1e9, ""))
     cp.get_default_memory_pool().free_all_blocks()
     for v in args.variants.split(","):
@@ -94,7 +92,8 @@ def main() -> int:
                     worst = max(worst, e, e2)
                 ms = t(lambda: fn(rt, big["q"], big["k"], big["v"], big["scale"]))
                 f = flops / 2 if causal else flops
-                rows.append((entry, v, ms, f / ms / 1e9, f"max rel err {worst:.1e}" + ("" if worst < 2e-5 else " FAIL")))
+                rows.append((entry, v, ms, f / ms / 1e9, f"{m.nthreads()} threads, {m.shared_bytes(128) // 1024} KB, "
+                             f"max rel err {worst:.1e}" + ("" if worst < 2e-5 else " FAIL")))
             except Exception as ex:  # a variant that does not compile or launch
                 rows.append((entry, v, float("nan"), 0, f"{type(ex).__name__}: {str(ex)[:80]}"))
             print(rows[-1], flush=True)
