@@ -1,0 +1,36 @@
+"""Wrong versions of 01_online_softmax: its solution with one planted bug each, kept as text edits (see
+grader/wrong.py). The checks must reject each with the words in `expect`."""
+from ...wrong import Wrong
+
+EX = "01_online_softmax"
+WRONG = [
+    Wrong(EX, 'merge_without_guard',
+          'merge has no guard for two empty states',
+          edits=(
+              ('    if (m_new == -INFINITY) return;        // both empty: exp(-inf - -inf) would be NaN\n',
+               '    // BUG: no `if (m_new == -INFINITY) return;` -- two empty states give l = 0 * NaN = NaN\n'),
+          ),
+          expect=('lse: ', 'NaN/Inf values where the answer is finite', 'whole rows of y are NaN', 'expf(-inf - -inf)',),
+          cases=('one_element', 'fewer_than_a_warp',)),
+    Wrong(EX, 'nan_on_fully_masked_rows',
+          'the second pass forgets rows that are entirely -inf',
+          edits=(
+              ('    bool masked = (m == -INFINITY);                    // every x was -inf: nothing to normalise\n    float inv_l = 1.0f / l;\n',
+               '    float inv_l = 1.0f / l;                            // BUG: l = 0 for a fully masked row\n'),
+              ('        y_row[j] = masked ? 0.0f : expf(x_row[j] - m) * inv_l;\n',
+               '        y_row[j] = expf(x_row[j] - m) * inv_l;\n'),
+              ('        lse[row] = masked ? -INFINITY : m + logf(l);\n',
+               '        lse[row] = m + logf(l);\n'),
+          ),
+          expect=('whole rows of y are NaN', 'expf(-inf - -inf)',),
+          cases=('masked_entries', 'fully_masked_rows',)),
+    Wrong(EX, 'no_max_subtraction',
+          'the merge measures every sum against 0 instead of the running max',
+          edits=(
+              ('    float m_new = fmaxf(m, m2);\n    if (m_new == -INFINITY) return;        // both empty: exp(-inf - -inf) would be NaN\n    l = l * expf(m - m_new) + l2 * expf(m2 - m_new);\n    m = m_new;\n',
+               '    // BUG: no max subtraction. Every state is kept relative to 0: l = sum of expf(x).\n    l = l * expf(m) + l2 * expf(m2);\n    m = 0.0f;\n'),
+          ),
+          expect=('y: ', 'NaN/Inf values where the answer is finite', 'lse: ',),
+          cases=('prime_length', 'large_logits',),
+          numeric=True),
+]
