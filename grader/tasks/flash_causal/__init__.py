@@ -1,9 +1,6 @@
 """Module 03: causal FlashAttention, masks aligned bottom-right, tiles above the diagonal skipped.
 
-This folder is the whole module as the grader knows it: the catalogue data here, the checks
-(checks.py), the benchmark (bench.py), the wrong versions the checks must reject (wrong.py) and the
-notebook's cells (notebook.py). The student's files are modules/03_flash_causal.md,
-exercises/03_flash_causal.py, solutions/03_flash_causal.py and notebooks/03_flash_causal.ipynb.
+The catalogue data of the module; its folder holds the rest (see grader/tasks/__init__.py).
 """
 
 TITLE = 'Causal FlashAttention: masks aligned bottom-right, skipped tiles'

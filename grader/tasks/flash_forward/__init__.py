@@ -1,9 +1,6 @@
 """Module 02: the tiled FlashAttention forward pass, online softmax over K/V tiles, GQA.
 
-This folder is the whole module as the grader knows it: the catalogue data here, the checks
-(checks.py), the benchmark (bench.py), the wrong versions the checks must reject (wrong.py) and the
-notebook's cells (notebook.py). The student's files are modules/02_flash_forward.md,
-exercises/02_flash_forward.py, solutions/02_flash_forward.py and notebooks/02_flash_forward.ipynb.
+The catalogue data of the module; its folder holds the rest (see grader/tasks/__init__.py).
 """
 
 TITLE = 'FlashAttention forward: tiles, online softmax, one pass'

@@ -1,9 +1,6 @@
 """Module 00: attention as three kernels (scores, softmax, output), the N×N matrix in memory.
 
-This folder is the whole module as the grader knows it: the catalogue data here, the checks
-(checks.py), the benchmark (bench.py), the wrong versions the checks must reject (wrong.py) and the
-notebook's cells (notebook.py). The student's files are modules/00_naive_attention.md,
-exercises/00_naive_attention.py, solutions/00_naive_attention.py and notebooks/00_naive_attention.ipynb.
+The catalogue data of the module; its folder holds the rest (see grader/tasks/__init__.py).
 """
 
 TITLE = 'Naive attention: scores, softmax, output'

@@ -1,5 +1,4 @@
-"""Wrong versions of 00_naive_attention: its solution with one planted bug each, kept as text edits (see
-grader/wrong.py). The checks must reject each with the words in `expect`."""
+"""Wrong versions of 00_naive_attention (grader/wrong.py says how they are kept and checked)."""
 from ...wrong import Wrong
 
 EX = "00_naive_attention"

@@ -1,9 +1,6 @@
 """Module 01: the row softmax in one pass with a running (m, l), warp reductions and merges.
 
-This folder is the whole module as the grader knows it: the catalogue data here, the checks
-(checks.py), the benchmark (bench.py), the wrong versions the checks must reject (wrong.py) and the
-notebook's cells (notebook.py). The student's files are modules/01_online_softmax.md,
-exercises/01_online_softmax.py, solutions/01_online_softmax.py and notebooks/01_online_softmax.ipynb.
+The catalogue data of the module; its folder holds the rest (see grader/tasks/__init__.py).
 """
 
 TITLE = 'Online softmax: one pass, warp reductions, merging states'

@@ -1,9 +1,6 @@
 """Module 05: split-KV decode over a paged cache found through a block table.
 
-This folder is the whole module as the grader knows it: the catalogue data here, the checks
-(checks.py), the benchmark (bench.py), the wrong versions the checks must reject (wrong.py) and the
-notebook's cells (notebook.py). The student's files are modules/05_paged_decode.md,
-exercises/05_paged_decode.py, solutions/05_paged_decode.py and notebooks/05_paged_decode.ipynb.
+The catalogue data of the module; its folder holds the rest (see grader/tasks/__init__.py).
 """
 
 TITLE = 'Paged decode: the same attention over a block table of scattered pages'

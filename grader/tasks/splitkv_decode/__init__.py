@@ -1,9 +1,6 @@
 """Module 04: split-KV decode, one query token against a long contiguous cache.
 
-This folder is the whole module as the grader knows it: the catalogue data here, the checks
-(checks.py), the benchmark (bench.py), the wrong versions the checks must reject (wrong.py) and the
-notebook's cells (notebook.py). The student's files are modules/04_splitkv_decode.md,
-exercises/04_splitkv_decode.py, solutions/04_splitkv_decode.py and notebooks/04_splitkv_decode.ipynb.
+The catalogue data of the module; its folder holds the rest (see grader/tasks/__init__.py).
 """
 
 TITLE = 'Split-KV decode: one token against a long cache, at memory speed'
