@@ -10,7 +10,7 @@ def attention_inputs(p: dict, rng: np.random.Generator) -> dict:
     """q [B, H, Nq, d], k and v [B, Hkv, Nk, d], float32, never zeros.
 
     p["logit"] (optional) scales q and k so the scaled scores reach about ±logit: large logits
-    expose a softmax that forgets to subtract the max.
+    expose a softmax that forgets to subtract the max. p["scale"] (optional) replaces 1/sqrt(d).
     """
     B, H, Hkv, n_q, n_k, d = (p[key] for key in ("B", "H", "Hkv", "Nq", "Nk", "d"))
     q = rng.standard_normal((B, H, n_q, d))
@@ -20,7 +20,7 @@ def attention_inputs(p: dict, rng: np.random.Generator) -> dict:
         # q·k/sqrt(d) has standard deviation 1; stretch both by sqrt(logit / 3) to reach ±logit.
         stretch = np.sqrt(p["logit"] / 3.0)
         q, k = q * stretch, k * stretch
-    scale = 1.0 / np.sqrt(d)
+    scale = p.get("scale", 1.0 / np.sqrt(d))      # a case may set it: a kernel must use its argument
     return {"q": q.astype(np.float32), "k": k.astype(np.float32), "v": v.astype(np.float32),
             "scale": float(scale)}
 
@@ -42,6 +42,8 @@ def attention_shapes(*, d_list=(32, 64, 96, 128)) -> list[Case]:
         ("head_dim_96", dict(B=1, H=2, Hkv=1, Nq=50, Nk=90, d=96)),
         ("head_dim_128", dict(B=1, H=2, Hkv=2, Nq=70, Nk=130, d=128)),
         ("long", dict(B=1, H=2, Hkv=1, Nq=129, Nk=257, d=64)),
+        # Not 1/sqrt(d): a kernel that computes its own scale instead of using the argument fails here.
+        ("custom_scale", dict(B=2, H=4, Hkv=2, Nq=33, Nk=47, d=64, scale=0.3)),
     ]
     return [Case(name, p) for name, p in raw if p["d"] in d_list]
 

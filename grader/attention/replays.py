@@ -133,9 +133,29 @@ def output_causes(ctx, s, v, visible=None) -> str | None:
     return None
 
 
+def batch_cause(ctx, visible=None) -> str | None:
+    """An index that drops the batch offset: every batch entry reads batch 0's q, k or v."""
+    if ctx.params.get("B", 1) < 2:
+        return None
+    for names in (("q",), ("k",), ("v",), ("k", "v"), ("q", "k", "v")):
+        alt = dict(ctx.inputs)
+        for x in names:
+            alt[x] = np.broadcast_to(ctx.inputs[x][:1], ctx.inputs[x].shape)
+        s, v = scores(alt)
+        if matches(ctx, o=attend(s, v, visible)[0]):
+            which = " and ".join(names)
+            return (f"every batch entry reads batch 0's {which}: the index of {which} is missing its batch "
+                    f"offset (the b · H · N · d term, b · Hkv · N · d for k and v). Batch entry b = 0 is "
+                    "right, which is why the cases with B = 1 pass.")
+    return None
+
+
 def setup_causes(ctx, visible=None) -> str | None:
-    """Bugs of the indexing: the kv head of a query head, the scale."""
+    """Bugs of the indexing: the batch offset, the kv head of a query head, the scale."""
     p = ctx.params
+    cause = batch_cause(ctx, visible)
+    if cause:
+        return cause
     if p["H"] != p["Hkv"]:
         for name, mapping in (("h % Hkv", lambda h, H, Hkv: h % Hkv), ("h", lambda h, H, Hkv: min(h, Hkv - 1)),
                               ("0", lambda h, H, Hkv: 0)):
@@ -143,12 +163,19 @@ def setup_causes(ctx, visible=None) -> str | None:
             if matches(ctx, o=attend(s, v, visible)[0]):
                 return (f"query head h reads the wrong kv head ({name}). With grouped-query attention, "
                         f"H / Hkv consecutive query heads share one kv head: h_kv = h / (H / Hkv).")
-    d = p["d"]
-    for name, sc in (("no scale", 1.0), ("scale applied twice", ctx.inputs["scale"] ** 2),
-                     ("1/d instead of 1/sqrt(d)", 1.0 / d)):
+    d, given = p["d"], ctx.inputs["scale"]
+    wrong = [("no scale", 1.0), ("scale applied twice", given ** 2), ("1/d instead of 1/sqrt(d)", 1.0 / d)]
+    if abs(given - 1.0 / math.sqrt(d)) > 1e-6 * given:
+        wrong.insert(0, ("1/sqrt(d) computed in the kernel", 1.0 / math.sqrt(d)))
+    for name, sc in wrong:
         s, v = scores(ctx.inputs, scale=sc)
         if matches(ctx, o=attend(s, v, visible)[0]):
-            return f"the scores use the wrong scale ({name}): s = scale · q·k with scale = 1/sqrt(d)."
+            if name.startswith("1/sqrt(d) computed"):
+                return (f"the kernel ignores its scale argument: the output matches scale = 1/sqrt(d) = "
+                        f"{1 / math.sqrt(d):.4g}, but this case passes scale = {given:g}. Use the scale "
+                        "the function receives (1/sqrt(d) is only its usual value).")
+            return (f"the scores use the wrong scale ({name}): s = scale · q·k, with the scale the "
+                    f"function receives (here {given:g}).")
     return None
 
 
@@ -283,7 +310,17 @@ def decode_diagnose(ctx, kv_cache_fn) -> str | None:
                     "the max first: in the combine, weights are exp(lse_s - max_s lse_s) (the largest is 1), "
                     "and in the partial kernel p = exp(s - m) with m the running max.")
 
-    # 3. GQA: some query heads read the wrong kv head.
+    # 3. the scale argument ignored: the output matches 1/sqrt(d) where the case passes another scale.
+    d, given = ctx.inputs["q"].shape[-1], ctx.inputs["scale"]
+    if abs(given - 1.0 / math.sqrt(d)) > 1e-6 * given and (~empty).any():
+        k, v = kv_cache_fn(ctx)
+        alt_o, _ = R.decode_attention(ctx.inputs["q"], k, v, lens, 1.0 / math.sqrt(d))
+        if close(o[~empty], alt_o[~empty]):
+            return (f"the kernel ignores its scale argument: the output matches scale = 1/sqrt(d) = "
+                    f"{1 / math.sqrt(d):.4g}, but this case passes scale = {given:g}. Use the scale the "
+                    "function receives (1/sqrt(d) is only its usual value).")
+
+    # 4. GQA: some query heads read the wrong kv head.
     H, Hkv = p["H"], p["Hkv"]
     if H != Hkv and bad.any():
         k, v = kv_cache_fn(ctx)
@@ -305,7 +342,7 @@ def decode_diagnose(ctx, kv_cache_fn) -> str | None:
                     f"(H = {H}, Hkv = {Hkv}). Every one of the H / Hkv = {group} heads of the group "
                     "must be computed and written, each with its own q.")
 
-    # 4. splits and the combine: correct for short contexts, wrong for long ones.
+    # 5. splits and the combine: correct for short contexts, wrong for long ones.
     live = ~empty
     if bad_seq[live].any() and (~bad_seq & live).any():
         ok_max = int(lens[~bad_seq & live].max())

@@ -88,3 +88,24 @@ def generic(ctx: Context) -> str | None:
                         "by the softmax sum l is missing or wrong, or the accumulator was not rescaled "
                         "by exp(m_old - m_new) when the running max grew.")
     return None
+
+
+def observed(ctx: Context) -> str | None:
+    """When no replayed cause fits: say where the error is, along the axes a bug usually follows."""
+    B = ctx.params.get("B", 1)
+    if B < 2:
+        return None
+    for name, c in ctx.cmp.items():
+        got, want = np.asarray(ctx.out[name], np.float64), ctx.ref[name]
+        if got.shape[:1] != (B,):
+            continue
+        with np.errstate(invalid="ignore"):
+            ok = [bool(np.all((np.abs(got[b] - want[b]) <= 1e-4 * max(1.0, float(np.nanmax(np.abs(
+                np.where(np.isfinite(want[b]), want[b], 0)), initial=0)))) | (got[b] == want[b])))
+                  for b in range(B)]
+        if ok[0] and not any(ok[1:]):
+            return (f"batch entry b = 0 of {name} is right and every b >= 1 is wrong: look at the batch "
+                    "term of your indices (the offset b · H · ... of q, o and lse, b · Hkv · ... of k and v, "
+                    "or the batch's row of a table).")
+    return None
+

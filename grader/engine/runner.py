@@ -153,7 +153,7 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     cause = None
     if hasattr(task, "diagnose"):
         cause = task.diagnose(ctx)
-    cause = cause or dg.generic(ctx)
+    cause = cause or dg.generic(ctx) or dg.observed(ctx)
     c = failing[0]
     lines = [f"{c.name}: {c.reason}.", f"worst element: {c.where()}."]
     lines += [f"{o.name}: {o.reason}." for o in failing[1:]]

@@ -53,4 +53,12 @@ WRONG = [
           expect=('not rescaled', 'exp(m_old - m_new)',),
           cases=('long', 'many_key_tiles',),
           numeric=True),
+    Wrong(EX, 'ignores_scale',
+          'the kernel computes 1/sqrt(d) itself instead of using its scale argument',
+          edits=(
+              ('    const float scale_log2 = scale * M_LOG2E_F;\n',
+               '    const float scale_log2 = rsqrtf((float)D) * M_LOG2E_F;   // BUG: ignores the scale argument\n'),
+          ),
+          expect=('ignores its scale argument',),
+          cases=('custom_scale',)),
 ]

@@ -46,3 +46,67 @@ def reference(inputs, p):
 def call(fn, rt, inputs, p):
     y, lse = fn(rt, inputs["x"])
     return {"y": y, "lse": lse}
+
+
+# ---- diagnosis: replay the warp reduction with the usual mistakes ---------------------------------
+
+def _lane_states(x):
+    """(m, l) of each lane's strided elements x[lane::32], per row: [R, 32] each (empty: -inf, 0)."""
+    R, n = x.shape
+    pad = np.full((R, -n % 32), -np.inf)
+    lanes = np.concatenate([x, pad], axis=1).reshape(R, -1, 32)     # [R, n/32, 32]
+    m = lanes.max(axis=1)
+    with np.errstate(invalid="ignore"):
+        l = np.where(np.isfinite(m), np.exp(lanes - np.where(np.isfinite(m), m, 0)[:, None]).sum(axis=1), 0.0)
+    return m, l
+
+
+def _merge(m, l, m2, l2):
+    m_new = np.maximum(m, m2)
+    safe = np.where(np.isfinite(m_new), m_new, 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        l_new = np.where(np.isfinite(m_new), l * np.exp(m - safe) + l2 * np.exp(m2 - safe), l)
+    return np.where(np.isfinite(m_new), m_new, m), l_new
+
+
+def _shuffle(a, offset, kind):
+    """What each lane receives: __shfl_xor_sync (lane ^ offset) or __shfl_down_sync (lane + offset,
+    its own value past lane 31)."""
+    lane = np.arange(32)
+    src = lane ^ offset if kind == "xor" else np.where(lane + offset < 32, lane + offset, lane)
+    return a[:, src]
+
+
+def _replayed(x, start, m_kind, l_kind):
+    """y and lse of the kernel when its reduction starts at `start` with these shuffles."""
+    m, l = _lane_states(x)
+    offset = start
+    while offset > 0:
+        m, l = _merge(m, l, _shuffle(m, offset, m_kind), _shuffle(l, offset, l_kind))
+        offset //= 2
+    R, n = x.shape
+    lane = np.arange(n) % 32
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        y = np.where(np.isfinite(m[:, lane]), np.exp(x - m[:, lane]) / l[:, lane], 0.0)
+        lse = np.where(np.isfinite(m[:, 0]), m[:, 0] + np.log(l[:, 0]), -np.inf)
+    return y, lse
+
+
+def diagnose(ctx):
+    from ...attention.replays import rel
+    x = np.asarray(ctx.inputs["x"], np.float64)
+    wrong = not ctx.cmp["y"].passed
+    for start, m_kind, l_kind in ((16, "down", "down"), (16, "down", "xor"), (16, "xor", "down"),
+                                  (8, "xor", "xor"), (4, "xor", "xor"), (2, "xor", "xor"), (1, "xor", "xor")):
+        y_alt, _ = _replayed(x, start, m_kind, l_kind)
+        if wrong and rel(ctx.out["y"], y_alt) < 1e-3:
+            if "down" in (m_kind, l_kind):
+                return ("after the warp reduction only lane 0 holds the row's (m, l) (the output matches a "
+                        "reduction with __shfl_down_sync): a lane whose partner lane + offset is past 31 gets "
+                        "its own value back, so the other lanes end with partial states, and the elements "
+                        "they normalise are wrong. Use __shfl_xor_sync, the butterfly, for m and for l: "
+                        "every lane then ends with the whole row's state.")
+            return (f"the butterfly starts at offset {start} (the output matches it): lanes only combine "
+                    f"within groups of {2 * start}, so each group normalises with its own (m, l). Start at "
+                    "offset 16, half the warp, and halve down to 1.")
+    return None

@@ -30,6 +30,8 @@ CASES = [
     C("large_logits", dict(B=2, H=4, Hkv=2, d=64, lens="200/3", logit=50.0, num_splits=4)),
     C("lse_near_120", dict(B=2, H=4, Hkv=2, d=64, lens="150/64", shift=120.0, num_splits=4)),
     C("long_context", dict(B=1, H=8, Hkv=2, d=128, lens="509")),
+    # Not 1/sqrt(d): a kernel that computes its own scale instead of using the argument fails here.
+    C("custom_scale", dict(B=2, H=4, Hkv=2, d=64, lens="97/53", scale=0.3)),
 ]
 TOLERANCES = {"o": F32, "lse": F32}
 SHRINK_KEYS = ("B", "H", "Hkv", "d", "page_size")
@@ -51,7 +53,7 @@ def make_inputs(p, rng):
             block_table[b, i] = block_table[0, i] if (b == 1 and i < shared) else next(fresh)
     q, k, v = decode_qkv(p, rng, (num_pages, ps, Hkv))
     inputs = {"q": q, "k_pages": k, "v_pages": v, "block_table": block_table, "context_lens": lens,
-              "scale": float(1.0 / np.sqrt(p["d"]))}
+              "scale": float(p.get("scale", 1.0 / np.sqrt(p["d"])))}
     if p.get("contiguous_copy"):                           # bench: the same data for module 04
         inputs["k_cache"], inputs["v_cache"] = (_to_contiguous(x, block_table) for x in (k, v))
     return inputs

@@ -33,6 +33,8 @@ CASES = [
     C("large_logits", dict(B=2, H=4, Hkv=2, d=64, lens="200/3", logit=50.0, num_splits=4)),
     C("lse_near_120", dict(B=2, H=4, Hkv=2, d=64, lens="150/64", shift=120.0, num_splits=4)),
     C("long_context", dict(B=1, H=8, Hkv=2, d=128, lens="509")),
+    # Not 1/sqrt(d): a kernel that computes its own scale instead of using the argument fails here.
+    C("custom_scale", dict(B=2, H=4, Hkv=2, d=64, lens="97/53", scale=0.3)),
 ]
 TOLERANCES = {"o": F32, "lse": F32}
 SHRINK_KEYS = ("B", "H", "Hkv", "d")
@@ -44,7 +46,7 @@ def make_inputs(p, rng):
     lens = context_lens(p)
     max_len = p.get("max_len") or max(int(lens.max()), 1)   # the cache's capacity
     q, k, v = decode_qkv(p, rng, (B, Hkv, max_len))
-    return {"q": q, "k_cache": k, "v_cache": v, "context_lens": lens, "scale": float(1.0 / np.sqrt(p["d"]))}
+    return {"q": q, "k_cache": k, "v_cache": v, "context_lens": lens, "scale": float(p.get("scale", 1.0 / np.sqrt(p["d"])))}
 
 
 def reference(inputs, p):

@@ -40,4 +40,12 @@ WRONG = [
           ),
           expect=('empty context', 'context_lens[b] = 0',),
           cases=('contexts_0_1_2_5', 'mixed_lengths',)),
+    Wrong(EX, 'ignores_scale',
+          'the launch passes 1/sqrt(d) instead of the scale argument',
+          edits=(
+              ('rt.int32(max_len), rt.int32(d), rt.int32(chunk), rt.float32(scale * LOG2E)))',
+               'rt.int32(max_len), rt.int32(d), rt.int32(chunk), rt.float32(LOG2E / d ** 0.5)))  # BUG: ignores scale'),
+          ),
+          expect=('ignores its scale argument',),
+          cases=('custom_scale',)),
 ]
