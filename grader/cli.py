@@ -89,45 +89,119 @@ def _fmt_err(x) -> str:
     return f"{x:.1e}"
 
 
-def print_report(report: dict, ex, rel_file: str, replay: str) -> None:
-    cases = report["cases"]
-    print(f"grader check {ex.id} · {rel_file} · backend {report['backend']} · seed {report['seed']}")
-    if report.get("error"):
-        print(f"\n{report['error']}")
-        return
-    if cases and all(c["kind"] == "not_implemented" for c in cases):
-        print(f"\n✗ {cases[0]['message']}")
-        return
-    width = max(len(c["name"]) for c in cases)
-    first_fail = None
-    for c in cases:
+# Verdicts that are not a line of the table: the cases that never ran are counted in one line, and a
+# file that does not import or a kernel that does not compile is one block in the summary.
+_NO_LINE = ("not_run", "compile_error", "import_error")
+
+
+class CheckPrinter:
+    """The report of `grader check`: the header, one line per case as its verdict arrives, then the
+    summary (the first failure, the smallest failing shape, the totals).
+
+    While every verdict so far is "not implemented yet", the lines are held back: a stub's report is
+    one line.
+    """
+
+    def __init__(self, ex, rel_file: str, backend: str, seed: int, names: list[str], replay: str):
+        self.ex, self.rel_file, self.backend, self.seed, self.replay = ex, rel_file, backend, seed, replay
+        self.width = max((len(n) for n in names), default=0)
+        self.printed: set[str] = set()
+        self.held: list[dict] | None = []     # None once a verdict other than not-implemented came
+
+    def header(self) -> None:
+        print(f"grader check {self.ex.id} · {self.rel_file} · backend {self.backend} · seed {self.seed}",
+              flush=True)
+
+    def verdict(self, c: dict) -> None:
+        """One case's verdict, as soon as it is known."""
+        if c["kind"] in _NO_LINE or c["name"] in self.printed:
+            return
+        if self.held is not None:
+            if c["kind"] == "not_implemented":
+                self.held.append(c)
+                return
+            held, self.held = self.held, None
+            for h in held:
+                self._line(h)
+        self._line(c)
+
+    def _line(self, c: dict) -> None:
+        self.printed.add(c["name"])
         ok = "✓" if c["passed"] else "✗"
         extra = "" if c["kind"] == "checked" else f"  [{c['kind'].replace('_', ' ')}]"
-        print(f"  {ok} {c['name']:<{width}}  rel {_fmt_err(c['rel_err']):>8}  "
-              f"max {_fmt_err(c['max_abs_err']):>8}{extra}")
-        if not c["passed"] and first_fail is None and c["kind"] != "not_run":
-            first_fail = c
-    n_pass = sum(c["passed"] for c in cases)
-    n_fail = len(cases) - n_pass
-    print_resources(report.get("resources") or {})
-    if first_fail:
-        shape = ", ".join(f"{k}={v}" for k, v in first_fail["params"].items())
-        print(f"\nFirst failure: {first_fail['name']} ({shape})")
-        for line in first_fail["message"].splitlines():
-            print(f"  {line}")
-        shrunk = first_fail.get("shrunk")
-        if shrunk:
-            small = ", ".join(f"{k}={v}" for k, v in shrunk["params"].items())
-            print(f"\nSmallest failing shape found: {small}")
-            for line in shrunk["message"].splitlines():
+        print(f"  {ok} {c['name']:<{self.width}}  rel {_fmt_err(c['rel_err']):>8}  "
+              f"max {_fmt_err(c['max_abs_err']):>8}{extra}", flush=True)
+
+    def finish(self, report: dict) -> None:
+        cases = report["cases"]
+        if report.get("error"):
+            print(f"\n{report['error']}")
+            return
+        if cases and all(c["kind"] == "not_implemented" for c in cases):
+            print(f"\n✗ {cases[0]['message']}")
+            return
+        if self.held:
+            held, self.held = self.held, None
+            for h in held:
+                self._line(h)
+        self.held = None
+        for c in cases:                       # verdicts that did not stream (a direct call)
+            self.verdict(c)
+        not_run = [c for c in cases if c["kind"] == "not_run"]
+        n_pass = sum(c["passed"] for c in cases)
+        n_fail = len(cases) - n_pass - len(not_run)
+        totals = f"\n{n_pass} passed, {n_fail} failed" + (f", {len(not_run)} not run" if not_run else "")
+        blocker = next((c for c in cases if c["kind"] in ("compile_error", "import_error")), None)
+        if blocker:
+            self._blocker(blocker, cases, not_run)
+            print(totals)
+            return
+        if not_run:
+            print(f"  · {len(not_run)} case{'s' if len(not_run) > 1 else ''} {not_run[0]['message']}")
+        print_resources(report.get("resources") or {})
+        first_fail = next((c for c in cases if not c["passed"] and c["kind"] != "not_run"), None)
+        if first_fail:
+            shape = ", ".join(f"{k}={v}" for k, v in first_fail["params"].items())
+            print(f"\nFirst failure: {first_fail['name']} ({shape})")
+            for line in first_fail["message"].splitlines():
                 print(f"  {line}")
-            print(f"  Replay it: {replay} --shape {shrunk['shape']}")
+            shrunk = first_fail.get("shrunk")
+            if shrunk:
+                small = ", ".join(f"{k}={v}" for k, v in shrunk["params"].items())
+                print(f"\nSmallest failing shape found: {small}")
+                for line in shrunk["message"].splitlines():
+                    print(f"  {line}")
+                print(f"  Replay it: {self.replay} --shape {shrunk['shape']}")
+            else:
+                print(f"\nReplay exactly: {self.replay}" + (f" --case {first_fail['name']}"
+                                                            if first_fail["name"] != "custom" else ""))
+            if first_fail.get("plot"):
+                print(f"Picture of the error: {first_fail['plot']}")
+        print(totals)
+
+    def _blocker(self, c: dict, cases: list[dict], not_run: list[dict]) -> None:
+        """A file that does not import or a kernel that does not compile: what failed, where, and the
+        error, as one block (the cases it kept from running are only counted)."""
+        lines = c["message"].splitlines() or [""]
+        if self.printed:
+            shape = ", ".join(f"{k}={v}" for k, v in c["params"].items())
+            when = f" (case {c['name']}: {shape})"
         else:
-            print(f"\nReplay exactly: {replay}" + (f" --case {first_fail['name']}"
-                                                     if first_fail["name"] != "custom" else ""))
-        if first_fail.get("plot"):
-            print(f"Picture of the error: {first_fail['plot']}")
-    print(f"\n{n_pass} passed, {n_fail} failed")
+            when = ""
+        print(f"\n✗ {lines[0].rstrip(':')}{when}:" if len(lines) > 1 else f"\n✗ {lines[0]}{when}")
+        for line in lines[1:]:
+            print(f"  {line}")
+        if not_run:
+            print(f"\n{'No case' if not self.printed else 'No further case'} was run: fix this and "
+                  "check again.")
+
+
+def print_report(report: dict, ex, rel_file: str, replay: str) -> None:
+    """The whole report at once (what `grader check` streams case by case)."""
+    printer = CheckPrinter(ex, rel_file, report["backend"], report["seed"],
+                           [c["name"] for c in report["cases"]], replay)
+    printer.header()
+    printer.finish(report)
 
 
 def print_resources(resources: dict) -> None:
@@ -159,30 +233,36 @@ def cmd_check(args) -> int:
     path = _target_file(ex, args)
     backend = resolve_backend(args.backend)
     seed = args.seed if args.seed is not None else new_seed()
-    from .engine.runner import format_shape, parse_shape
+    from .engine.runner import format_shape, parse_shape, select_cases
     shape = parse_shape(args.shape) if args.shape else None
     plot_tmp = None
     if args.plot:
         import tempfile
         plot_tmp = tempfile.mkdtemp(prefix="grader-plot-")
-    report = run_check(ex, path, backend, seed, case_timeout=args.timeout, cases=args.case or None,
-                       shape=shape, shrink=not args.no_shrink, plot_dir=plot_tmp)
-    if plot_tmp:
-        _render_plots(report, ex)
     try:
         rel_file = str(path.relative_to(paths.course_root()))
-    except ValueError:
+    except (ValueError, GraderError):
         rel_file = str(path)
     which = "--solution " if args.solution else (f"--file {args.file} " if args.file else "")
     replay = f"grader check {ex.id} {which}--backend {backend} --seed {seed}"
     if shape:
         replay += f" --shape {format_shape(shape)}"
+    printer = None
+    if not args.json:                  # the verdicts stream as the cases finish; JSON comes at the end
+        names = [c.name for c in select_cases(ex, args.case or None, shape)]
+        printer = CheckPrinter(ex, rel_file, backend, seed, names, replay)
+        printer.header()
+    report = run_check(ex, path, backend, seed, case_timeout=args.timeout, cases=args.case or None,
+                       shape=shape, shrink=not args.no_shrink, plot_dir=plot_tmp,
+                       on_result=printer.verdict if printer else None)
+    if plot_tmp:
+        _render_plots(report, ex)
     if not args.solution and not args.file and not shape and not args.case:
         progress.record_check(report)
     if args.json:
         print(json.dumps(report, indent=1))
     else:
-        print_report(report, ex, rel_file, replay)
+        printer.finish(report)
     if args.sanitize and not report.get("error"):
         _sanitize(ex, path, report, backend, seed)
     if report.get("error"):
@@ -370,7 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, help="replay the inputs of an earlier run")
     s.add_argument("--case", action="append", help="run only this case (repeatable)")
     s.add_argument("--shape", help="run one case of this shape, e.g. B=1,H=2,Hkv=1,Nq=5,Nk=9,d=32")
-    s.add_argument("--timeout", type=float, help="seconds allowed per case")
+    s.add_argument("--timeout", type=float,
+                   help="seconds allowed per case, compiling not included (default: 15 on the CPU, "
+                        "10 on a GPU)")
     s.add_argument("--no-shrink", action="store_true", help="do not look for a smaller failing shape")
     s.add_argument("--plot", action="store_true", help="save a PNG of the first failing case's error")
     s.add_argument("--sanitize", action="store_true",

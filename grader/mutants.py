@@ -34,8 +34,9 @@ def _sub(text: str) -> Callable[[re.Match], str]:
 
 
 _GUARD = lambda line: bool(re.search(r"\b(if|for|while)\b|\?", line))   # noqa: E731
-_BOUNDS_WORDS = ("bound", "past", "out-of-bounds", "out of bounds", "partial", "mask", "never written",
-                 "edge", "last", "one too many", "one key", "one element", "rows of", "diagonal")
+# Words that name the cause, not merely a symptom; "past"/"last"/"partial" alone appear in generic advice.
+_BOUNDS_WORDS = ("bound", "out-of-bounds", "out of bounds", "past n_k", "past the end", "never written",
+                 "one too many", "diagonal itself", "loop that never ends")
 
 OPERATORS = (
     Operator("bound_lt_to_le", "an off-by-one in a bound or guard (< became <=)",
@@ -57,7 +58,7 @@ OPERATORS = (
              ("batch", "b > 0", "b >= 1", "sequence")),
     Operator("flip_exponent_sign", "the sign of an exponent flipped",
              re.compile(r"\b(exp2?f)\((\w+(?:\[\w+\])*) - (\w+(?:\[\w+\])*)\)"), _sub(r"\1(\3 - \2)"),
-             ("sign", "exponent", "exp(", "overflow", "rescale", "max")),
+             ("sign", "exponent", "overflow", "rescale")),
     Operator("ln2_dropped", "lse left in log2 units (the factor ln 2 dropped)",
              re.compile(r"\s*\*\s*M_LN2_F"), _sub(""), ("log2", "ln 2", "ln(2)", "units")),
 )
@@ -175,6 +176,8 @@ def run_mutant(m: Mutant, folder, seed: int = 7, case_timeout: float = 20.0) -> 
     path.write_text(m.source(solution_path.read_text()))
     cases = quick_cases(ex)
     report = run_check(ex, path, "cpu", seed, case_timeout=case_timeout, cases=cases, shrink=False)
+    if report["passed"]:               # before calling it an escape: every case, as a student's check runs
+        report = run_check(ex, path, "cpu", seed, case_timeout=case_timeout, shrink=False)
     failing = [c for c in report["cases"] if not c["passed"] and c["kind"] != "not_run"]
     if report["passed"]:
         return Verdict(m, False, changes_output=not _same_outputs(ex, path, solution_path, cases, seed))

@@ -5,18 +5,24 @@
 
 Without --exercise the plugin does nothing, so it can sit beside other tests. With it, the checked
 file is collected, one item per case, and nothing else. `grader check` runs exactly this in a child process
-(adding --events, a file of JSON lines it watches, so it knows which case was running if the kernel
-crashes or hangs); `grader check --sanitize` runs it under compute-sanitizer with one --shape.
+(adding --events, a file of JSON lines it watches: each case's start and verdict, when a compile
+starts and ends, when the first failure is being shrunk; so it streams the verdicts and knows which
+case was running if the kernel crashes or hangs). Under --events, SIGINT is the parent's time limit:
+the running case becomes a "timeout" verdict naming the line the code was on, and the rest are not
+run. `grader check --sanitize` runs it under compute-sanitizer with one --shape.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
+import signal
+import traceback
 from pathlib import Path
 
 import pytest
 
-from .engine.runner import CaseResult, run_case, select_cases
+from .engine.runner import CaseResult, SubmissionError, run_case, select_cases
 from .errors import GraderError
 
 # CUDA errors that leave the context unusable: every later launch in this process would fail too.
@@ -72,21 +78,42 @@ class CheckRun:
         self.stop_reason: str | None = None
         self._fn = self._rt = None
 
-    def emit(self, **event) -> None:
+    def emit(self, sync: bool = True, **event) -> None:
         if self.events is None:
             return
         self.events.write(json.dumps(event) + "\n")
         self.events.flush()
-        os.fsync(self.events.fileno())
+        if sync:
+            os.fsync(self.events.fileno())
 
-    def setup(self):
-        """Build the runtime and import the student's file once, on first use."""
+    def runtime(self):
+        """Build the runtime once, on first use. Under `grader check` (--events), its compile
+        reports when it starts and ends, so that compiling does not count against a case's time."""
+        if self._rt is None:
+            from .runtimes import get_runtime
+            rt = get_runtime(self.backend)
+            if self.events is not None:
+                compile_ = rt.compile
+
+                def compile(*args, **kw):
+                    self.emit(sync=False, event="compiling")
+                    try:
+                        return compile_(*args, **kw)
+                    finally:
+                        self.emit(sync=False, event="compiled")
+                rt.compile = compile
+            self._rt = rt
+        return self._rt
+
+    def function(self):
+        """Import the student's file once, on first use (SubmissionError if it does not)."""
         if self._fn is None:
             from .engine.runner import load_exercise_function
-            from .runtimes import get_runtime
-            self._rt = get_runtime(self.backend)
             self._fn = load_exercise_function(self.ex, self.path)
-        return self._fn, self._rt
+        return self._fn
+
+    def setup(self):
+        return self.function(), self.runtime()
 
     def run(self, case) -> CaseResult:
         if self.stop_reason:
@@ -94,13 +121,44 @@ class CheckRun:
                                 kind="not_run")
             self.emit(event="result", result=result.to_json())
             return result
-        self.emit(event="start", case=case.name)
         try:
-            fn, rt = self.setup()
+            rt = self.runtime()
         except GraderError as e:
             self._fatal(str(e))
         except Exception as e:  # a broken installation, not the student's kernel
             self._fatal(f"the {self.backend} runtime could not start: {type(e).__name__}: {e}")
+        self.emit(event="start", case=case.name)
+        result = None
+        try:
+            try:
+                fn = self.function()
+            except SubmissionError as e:
+                # The submission's failure, not the grader's: the check fails (exit 1).
+                result = CaseResult(case.name, False, message=str(e), params=dict(case.params),
+                                    kind="import_error")
+                self.stop_reason = "not run: " + str(e).splitlines()[0].rstrip(":")
+            else:
+                result = self._run_case(case, fn, rt)
+        except KeyboardInterrupt as e:
+            # Under `grader check`, SIGINT is the parent's time limit: report where the code was.
+            if self.events is None:
+                raise
+            where = where_stopped(e, self.path)
+            result = result or getattr(e, "result", None)
+            if result is None:
+                result = CaseResult(case.name, False, message=where, params=dict(case.params),
+                                    kind="timeout")
+            else:
+                result.message += ("\n(The search for a smaller failing shape was stopped: a smaller "
+                                   "shape did not finish in time" + (f"; {where})" if where else ")"))
+            self.stop_reason = "not run: an earlier case did not finish in time"
+        self.emit(event="result", result=result.to_json())
+        resources = getattr(rt, "resources", None)
+        if resources:
+            self.emit(event="resources", resources={k: dict(v) for k, v in resources.items()})
+        return result
+
+    def _run_case(self, case, fn, rt) -> CaseResult:
         keep: dict = {}
         result = run_case(self.ex, case, fn, rt, self.seed, self.path, keep=keep)
         if result.kind == "error" and (any(tag in result.message for tag in _STICKY) or not rt.healthy()):
@@ -115,11 +173,12 @@ class CheckRun:
         elif not result.passed and result.kind in ("checked", "error"):
             self.failures_seen += 1
             if self.failures_seen == 1:
-                self._explore_first_failure(case, result, keep, fn, rt)
-        self.emit(event="result", result=result.to_json())
-        resources = getattr(rt, "resources", None)
-        if resources:
-            self.emit(event="resources", resources={k: dict(v) for k, v in resources.items()})
+                self.emit(event="explore", case=case.name)   # shrinking has its own time budget
+                try:
+                    self._explore_first_failure(case, result, keep, fn, rt)
+                except KeyboardInterrupt as e:
+                    e.result = result        # the verdict stands; only the search was stopped
+                    raise
         return result
 
     def _fatal(self, message: str):
@@ -140,6 +199,25 @@ class CheckRun:
             if found:
                 params, r = found
                 result.shrunk = {"params": params, "message": r.message, "shape": format_shape(params)}
+
+
+def where_stopped(e: KeyboardInterrupt, path: Path) -> str:
+    """Where the code was when SIGINT stopped it: the emulator's kernel line (its KeyboardInterrupt
+    says "KERNEL interrupted at FILE:LINE, in block (..), thread (..)"), else the student's Python
+    line, else nothing."""
+    m = re.match(r"(?P<kernel>\S+) interrupted at (?P<place>.+?), in (?P<who>.+)", str(e), re.S)
+    if m:
+        who = " ".join(m["who"].split())
+        if m["place"] == "an unknown line":
+            return f"{m['kernel']} was running ({who}) at a line the emulator could not find"
+        return f"when it was stopped, {m['kernel']} was at {m['place']} ({who})"
+    from .engine.runner import is_student_frame
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if is_student_frame(f.filename, path)]
+    if frames:
+        f = frames[-1]
+        return (f"when it was stopped, your Python code was at {Path(f.filename).name}:{f.lineno} "
+                f"(in {f.name}: {(f.line or '').strip()})")
+    return ""
 
 
 class CaseFailed(Exception):
@@ -192,11 +270,24 @@ def pytest_configure(config):
     except GraderError as e:
         raise pytest.UsageError(str(e)) from None
     config.args[:] = [str(run.path)]     # collect the checked file, and nothing else
+    if run.events is not None:
+        # The parent stops a case that runs past its time limit with SIGINT, even when this process
+        # was started with SIGINT ignored (a background job): make it raise KeyboardInterrupt.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_pycollect_makemodule(module_path, parent):
+    # pytest's own collector would import the checked .py file as a test module, before any case
+    # runs, and turn a file that does not import into a collection error (exit 2). The grader imports
+    # it itself, in the first case, where a failure is the submission's (exit 1).
+    run = parent.config.stash.get(_RUN, None)
+    if run is not None and module_path == run.path:
+        return ExerciseFile.from_parent(parent, path=module_path)
 
 
 def pytest_collect_file(file_path, parent):
     run = parent.config.stash.get(_RUN, None)
-    if run is not None and file_path == run.path:
+    if run is not None and file_path == run.path and file_path.suffix != ".py":
         return ExerciseFile.from_parent(parent, path=file_path)
 
 

@@ -53,6 +53,45 @@ def test_usage_errors_exit_2_with_a_message(capsys, tmp_path):
     assert main(["frobnicate"]) == 2
 
 
+@pytest.mark.parametrize("body, error, line", [
+    ("def naive_attention(rt, q, k, v, scale)\n    pass\n", "SyntaxError", 2),
+    ("SCALE = undefined_name\n", "NameError", 2),
+])
+def test_a_file_that_does_not_import_is_a_failed_check_not_a_usage_error(tmp_path, capsys, body,
+                                                                          error, line):
+    path = tmp_path / "attempt.py"
+    path.write_text("import numpy as np\n" + body)
+    rc = main(["check", "00", "--file", str(path), "--backend", "cpu", "--seed", "1"])
+    out = capsys.readouterr().out
+    assert rc == 1, out                               # the submission's failure, not exit 2
+    assert "✗ attempt.py does not import" in out and error in out
+    assert f'File "{path}", line {line}' in out
+    # Only the student's frames: none of the grader's, importlib's or pytest's.
+    assert "importlib" not in out and "frozen" not in out and "_pytest" not in out
+    assert "grader/" not in out and "[not run]" not in out
+
+
+def test_a_file_without_the_entry_function_is_a_failed_check(tmp_path, capsys):
+    path = tmp_path / "attempt.py"
+    path.write_text("def something_else(rt):\n    pass\n")
+    rc = main(["check", "00", "--file", str(path), "--backend", "cpu", "--seed", "1", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 1 and report["error"] is None and not report["passed"]
+    assert report["cases"][0]["kind"] == "import_error"
+    assert "must define a function naive_attention" in report["cases"][0]["message"]
+
+
+def test_the_stubs_report_is_one_line(tmp_path, capsys):
+    from grader import paths
+    stub = tmp_path / "00_naive_attention.py"
+    stub.write_text(paths.committed_text(paths.exercise_file("00_naive_attention")))
+    rc = main(["check", "00", "--file", str(stub), "--backend", "cpu", "--seed", "1"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert rc == 1
+    assert len(lines) == 2 and lines[0].startswith("grader check 00_naive_attention")
+    assert lines[1].startswith("✗ not implemented yet")
+
+
 def test_console_entry_point_runs():
     out = subprocess.run([sys.executable, "-m", "grader", "list"], capture_output=True, text=True)
     assert out.returncode == 0 and "01_online_softmax" in out.stdout

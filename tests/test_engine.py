@@ -29,8 +29,81 @@ def test_a_crashing_process_is_a_failed_case_and_the_grader_carries_on(tmp_path)
 def test_a_hang_is_stopped_by_the_time_limit(tmp_path):
     report = run_check(EX, write(tmp_path, "    while True: time.sleep(0.01)\n"), "cpu", 1,
                        case_timeout=3, cases=CASES)
-    assert report["cases"][0]["kind"] == "timeout"
-    assert "did not finish within 3 s" in report["cases"][0]["message"]
+    first, second = report["cases"]
+    assert first["kind"] == "timeout"
+    assert "did not finish within 3 s" in first["message"]
+    assert "attempt.py:5" in first["message"]          # SIGINT first: the Python line that spun
+    assert second["kind"] == "not_run" and "did not finish in time" in second["message"]
+
+
+@pytest.mark.slow
+def test_an_endless_kernel_is_reported_with_its_line_after_the_earlier_verdicts(tmp_path):
+    """`grader check` prints each verdict as it comes; a kernel that never ends is stopped by the
+    default time limit, within seconds, naming the line the threads spin on."""
+    import os
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from grader import paths
+    text = paths.committed_text(paths.solution_file(EX.id))
+    loop = "for (int j = 0; j < n_k; ++j) acc += "
+    assert loop in text, "the output kernel's loop over keys changed: update this test's edit"
+    # The bound never grows once n_q > 1: one_query_one_key (Nq=1) passes, tiny (Nq=3) hangs.
+    endless = "for (int j = 0; j < n_k; j += (n_q > 1 ? 0 : 1)) acc += "
+    hang = tmp_path / "hang.py"
+    hang.write_text(text.replace(loop, endless, 1))
+    line = next(i for i, t in enumerate(hang.read_text().splitlines(), 1) if endless in t)
+    env = dict(os.environ, GRADER_STATE_DIR=str(tmp_path / "state"), PYTHONUNBUFFERED="1")
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "grader", "check", "00", "--file", str(hang),
+                             "--backend", "cpu", "--seed", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    watchdog = threading.Timer(120, proc.kill)        # never let the test itself hang
+    watchdog.start()
+    seen = []
+    try:
+        for out in proc.stdout:
+            seen.append((time.monotonic() - t0, out.rstrip("\n")))
+        rc = proc.wait(timeout=10)
+    finally:
+        watchdog.cancel()
+        proc.kill()
+    total = time.monotonic() - t0
+    log = "\n".join(f"{t:6.2f}s {out}" for t, out in seen)
+    at = {name: next((t for t, out in seen if name in out), None)
+          for name in ("✓ one_query_one_key", "[timeout]", f"hang.py:{line}")}
+    assert rc == 1, log
+    assert None not in at.values(), log
+    assert total < 30, log
+    # The first verdict is on the terminal while the second case still runs, long before the hang
+    # is reported (which takes the whole time limit).
+    assert at["✓ one_query_one_key"] + 5 < at["[timeout]"], log
+    assert "output_kernel" in log and "did not finish within" in log, log
+
+
+def test_compiling_does_not_count_against_a_case():
+    from grader.engine import check
+    now = [100.0]
+    watch = check._Watch(10.0, {"a": {}}, None, clock=lambda: now[0])
+    watch.handle({"event": "start", "case": "a"})
+    assert watch.deadline == 110.0
+    now[0] = 104.0
+    watch.handle({"event": "compiling"})
+    assert watch.deadline == 104.0 + check.COMPILE_TIMEOUT
+    now[0] = 190.0                                      # a long compile
+    watch.handle({"event": "compiled"})
+    assert watch.deadline == 196.0                      # the 6 s the case had left
+    seen = []
+    watch.on_result = seen.append
+    watch.handle({"event": "result", "result": {"name": "a", "passed": True}})
+    assert [c["name"] for c in seen] == ["a"] and watch.running is None
+
+
+def test_the_default_time_limits_are_seconds_not_minutes():
+    from grader.engine.check import DEFAULT_CASE_TIMEOUT
+    assert 5 <= DEFAULT_CASE_TIMEOUT["gpu"] <= DEFAULT_CASE_TIMEOUT["cpu"] <= 20
 
 
 def test_python_errors_name_the_students_line(tmp_path):
@@ -136,3 +209,79 @@ def test_per_row_factor_is_named_only_when_nearly_every_row_is_scaled(tmp_path):
     one.write_text(header + one.read_text())
     msg = run_check(EX, one, "cpu", 1, cases=["primes"])["cases"][0]["message"]
     assert "constant factor" not in msg and "relative error" in msg
+
+
+NVRTC_LOG = """\
+attempt.py(27): error: identifier "undefined_var" is undefined
+        float x = undefined_var;
+                  ^
+
+attempt.py(26): warning #177-D: variable "unused" was declared but never referenced
+        int unused;
+            ^
+
+Remark: The warnings can be suppressed with "-diag-suppress <warning-number>"
+
+attempt.py(28): warning #550-D: variable "y" was set but never used
+        float y = 1.0f;
+              ^
+
+1 error detected in the compilation of "attempt.py".
+"""
+
+GCC_LOG = """\
+attempt.py: In function 'void scores_kernel(const float*)':
+attempt.py:27:15: error: 'undefined_var' was not declared in this scope
+   27 |     float x = undefined_var;
+      |               ^~~~~~~~~~~~~
+attempt.py:26:9: warning: unused variable 'unused' [-Wunused-variable]
+   26 |     int unused;
+      |         ^~~~~~
+"""
+
+
+def test_compiler_errors_come_first_and_warnings_are_folded():
+    from grader.engine.runner import compile_error_message
+    from grader.errors import CompileError
+    msg = compile_error_message(CompileError("the kernel did not compile (NVRTC):", NVRTC_LOG))
+    lines = msg.splitlines()
+    assert lines[0] == "the kernel did not compile (NVRTC):"
+    assert lines[1] == 'attempt.py:27: error: identifier "undefined_var" is undefined'
+    assert "float x = undefined_var;" in lines[2]
+    assert lines[-1] == "(2 warnings not shown)"
+    assert "unused" not in msg and "Remark" not in msg and "detected in the compilation" not in msg
+    msg = compile_error_message(CompileError("the kernel did not compile (host C++ compiler):", GCC_LOG))
+    assert "attempt.py:27:15: error: 'undefined_var' was not declared" in msg
+    assert "In function 'void scores_kernel" in msg
+    assert msg.splitlines()[-1] == "(1 warning not shown)" and "unused" not in msg
+    # A log in a shape it does not know is shown as it is.
+    assert compile_error_message(CompileError("failed:", "something odd")) == "failed:\nsomething odd"
+
+
+def test_a_kernel_that_does_not_compile_is_one_block_with_the_compilers_error(tmp_path, capsys, monkeypatch):
+    from grader.runtimes.cpu import nvrtc
+    monkeypatch.setenv("GRADER_STATE_DIR", str(tmp_path / "state"))
+    body = '''
+KERNEL = r"""
+extern "C" __global__ void broken(float* o, int n) {
+    int unused;
+    o[threadIdx.x] = undefined_var;
+}
+"""
+
+def naive_attention(rt, q, k, v, scale):
+    rt.compile(KERNEL)
+    return rt.zeros(q.shape, "float32"), rt.zeros(q.shape[:3], "float32")
+'''
+    path = tmp_path / "attempt.py"
+    path.write_text(body)
+    line = next(i for i, t in enumerate(body.splitlines(), 1) if "undefined_var" in t)
+    rc = main(["check", "00", "--file", str(path), "--backend", "cpu", "--seed", "1"])
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    assert "✗ the kernel did not compile" in out
+    assert f"attempt.py:{line}:" in out and "undefined_var" in out
+    assert "[not run]" not in out and "one_query_one_key" not in out   # no table of cases that never ran
+    assert "0 passed, 1 failed, 16 not run" in out
+    if nvrtc.available():
+        assert "(1 warning not shown)" in out and "unused" not in out

@@ -20,8 +20,33 @@ from ..catalogue import Exercise
 from ..errors import GraderError
 from .runner import CaseResult, select_cases
 
-DEFAULT_CASE_TIMEOUT = {"gpu": 60.0, "cpu": 120.0}
-STARTUP_TIMEOUT = 120.0   # importing CuPy and compiling the first kernel can be slow
+# Seconds a case may run, compiling excluded (the child reports when it compiles). The slowest case of
+# any solution takes about 1 s on the CPU emulator (with its race-check reruns) and milliseconds on a
+# GPU; the limits leave room for a correct kernel many times slower than the solution, on a busy
+# machine, and still report a hang within seconds. `grader check --timeout S` raises them.
+DEFAULT_CASE_TIMEOUT = {"gpu": 10.0, "cpu": 15.0}
+STARTUP_TIMEOUT = 120.0   # importing CuPy and creating the runtime can be slow
+COMPILE_TIMEOUT = 300.0   # one compile (NVRTC, then the host compiler on the CPU)
+SHRINK_ALLOWANCE = 15.0   # looking for a smaller failing shape (runner.shrink's budget) after a failure
+# After the limit, the child is sent SIGINT: the emulator stops the threads and names their line (and
+# a hang in Python code raises KeyboardInterrupt there). This long is allowed for that report, then
+# the child is killed.
+INTERRUPT_GRACE = {"gpu": 2.0, "cpu": 5.0}
+
+TIMEOUT_ADVICE = ("Look for a loop that never ends (a bound that never grows, a while on a value no "
+                  "thread updates) or a __syncthreads() that some threads never reach. If the kernel "
+                  "is only slow, allow it more time: --timeout SECONDS.")
+
+
+def timeout_message(limit: float, where: str = "") -> str:
+    """The verdict of a case stopped by its time limit; `where` is the child's report of the line
+    that was running, if it gave one."""
+    if where:
+        where = where.rstrip(".")
+        head = f"the case did not finish within {limit:g} s. {where[:1].upper()}{where[1:]}."
+    else:
+        head = f"the case did not finish within {limit:g} s and was stopped."
+    return f"{head}\n{TIMEOUT_ADVICE}"
 
 
 def new_seed() -> int:
@@ -73,71 +98,162 @@ def child_env() -> dict:
     return env
 
 
+class _EventReader:
+    """The JSON lines the child appends to the events file, as they arrive (whole lines only)."""
+
+    def __init__(self, path: Path):
+        self._f = open(path)
+        self._buf = ""
+
+    def new(self) -> list[dict]:
+        self._buf += self._f.read()
+        *lines, self._buf = self._buf.split("\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def close(self) -> None:
+        self._f.close()
+
+
+class _Watch:
+    """The parent's view of a running check: which case runs, until when, and the verdicts so far."""
+
+    def __init__(self, case_timeout: float, params: dict, on_result, clock=time.monotonic):
+        self.clock = clock
+        self.case_timeout = case_timeout
+        self.params = params                     # case name -> its parameters, for the verdicts
+        self.on_result = on_result
+        self.results: dict[str, CaseResult] = {}
+        self.resources: dict = {}
+        self.fatal: str | None = None
+        self.running: str | None = None
+        self.compiling = False
+        self.deadline = clock() + STARTUP_TIMEOUT
+        self._left = 0.0                          # the case's time left when a compile began
+        self.interrupted = False                  # SIGINT sent: a timeout verdict gets its message here
+
+    def handle(self, ev: dict) -> None:
+        now = self.clock()
+        kind = ev["event"]
+        if kind == "start":
+            self.running, self.compiling = ev["case"], False
+            self.deadline = now + self.case_timeout
+        elif kind == "compiling" and not self.compiling:
+            self.compiling, self._left = True, max(self.deadline - now, 0.0)
+            self.deadline = now + COMPILE_TIMEOUT
+        elif kind == "compiled" and self.compiling:
+            self.compiling = False
+            self.deadline = now + self._left       # compiling does not count against the case
+        elif kind == "explore":
+            self.deadline = now + SHRINK_ALLOWANCE + self.case_timeout
+        elif kind == "result":
+            r = CaseResult(**ev["result"])
+            if self.interrupted and r.kind == "timeout":
+                r.message = timeout_message(self.case_timeout, r.message)
+            self.record(r)
+            self.running, self.compiling = None, False
+            self.deadline = now + STARTUP_TIMEOUT
+        elif kind == "resources":
+            self.resources.update(ev["resources"])
+        elif kind == "fatal":
+            self.fatal = ev["message"]
+
+    def record(self, r: CaseResult) -> None:
+        if not r.params:
+            r.params = dict(self.params.get(r.name, {}))
+        self.results[r.name] = r
+        if self.on_result is not None:
+            self.on_result(r.to_json())
+
+
+def _interrupt(proc: subprocess.Popen, reader: _EventReader, watch: _Watch, grace: float) -> None:
+    """SIGINT to the child, then wait up to `grace` s for the running case's verdict (which names the
+    line the threads were on), and stop there."""
+    case = watch.running
+    watch.interrupted = True
+    try:
+        os.kill(proc.pid, signal.SIGINT)
+    except (ProcessLookupError, PermissionError):
+        return
+    end = time.monotonic() + grace
+    while time.monotonic() < end:
+        exited = proc.poll() is not None
+        for ev in reader.new():
+            watch.handle(ev)
+        if case in watch.results or exited:
+            return
+        time.sleep(0.02)
+
+
 def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: float | None = None,
               cases: list[str] | None = None, shape: dict | None = None, shrink: bool = True,
-              plot_dir: str | None = None) -> dict:
-    """Run every case of `ex` on the file at `path`; returns the JSON report of `grader check --json`."""
+              plot_dir: str | None = None, on_result=None) -> dict:
+    """Run every case of `ex` on the file at `path`; returns the JSON report of `grader check --json`.
+
+    `on_result(case)` is called with each case's JSON verdict as soon as it is known (for a report
+    that streams); the cases that never ran are only in the returned report.
+    """
     all_cases = select_cases(ex, cases, shape)       # a bad --case is a usage error, before any child
-    case_timeout = case_timeout or DEFAULT_CASE_TIMEOUT.get(backend, 120.0)
+    case_timeout = case_timeout or DEFAULT_CASE_TIMEOUT.get(backend, 15.0)
+    watch = _Watch(case_timeout, {c.name: dict(c.params) for c in all_cases}, on_result)
+    not_run = "not run"
     with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
         events = Path(tmp) / "events.jsonl"
         events.touch()
         plugin = plugin_args(ex, path, backend, seed, cases, shape, shrink, plot_dir)
         log = open(Path(tmp) / "worker.log", "w+")
+        reader = _EventReader(events)
         proc = subprocess.Popen(child_command(plugin + ["--events", str(events)], Path(tmp)),
                                 stdout=log, stderr=subprocess.STDOUT, env=child_env(),
                                 start_new_session=True)
-        results: dict[str, CaseResult] = {}
-        fatal = None
-        resources: dict = {}
-        running, started_at = None, time.monotonic()
-        seen = 0
-        while True:
-            lines = events.read_text().splitlines()
-            for line in lines[seen:]:
-                ev = json.loads(line)
-                if ev["event"] == "start":
-                    running, started_at = ev["case"], time.monotonic()
-                elif ev["event"] == "result":
-                    r = ev["result"]
-                    results[r["name"]] = CaseResult(**r)
-                    running, started_at = None, time.monotonic()
-                elif ev["event"] == "resources":
-                    resources.update(ev["resources"])
-                elif ev["event"] == "fatal":
-                    fatal = ev["message"]
-            seen = len(lines)
-            if proc.poll() is not None:
-                break
-            limit = case_timeout if running else STARTUP_TIMEOUT
-            if time.monotonic() - started_at > limit:
+        try:
+            while True:
+                exited = proc.poll() is not None
+                for ev in reader.new():
+                    watch.handle(ev)
+                if exited:
+                    break
+                if time.monotonic() > watch.deadline:
+                    running = watch.running
+                    if running and watch.compiling:
+                        _kill(proc)
+                        watch.record(CaseResult(
+                            running, False, kind="timeout",
+                            message=f"compiling the kernel took over {COMPILE_TIMEOUT:.0f} s and was "
+                                    "stopped. Look for very long loops the compiler unrolls."))
+                    elif running:
+                        _interrupt(proc, reader, watch, INTERRUPT_GRACE.get(backend, 2.0))
+                        _kill(proc)
+                        if running not in watch.results:
+                            watch.record(CaseResult(running, False, kind="timeout",
+                                                    message=timeout_message(case_timeout)))
+                        not_run = "not run: an earlier case did not finish in time"
+                    else:
+                        _kill(proc)
+                        watch.fatal = f"the grader's worker did not start within {STARTUP_TIMEOUT:.0f} s."
+                    break
+                time.sleep(0.02)
+        finally:
+            if proc.poll() is None:       # Ctrl-C in the parent, or an error: never leave the child
                 _kill(proc)
-                if running:
-                    results[running] = CaseResult(
-                        running, False, kind="timeout",
-                        message=(f"the case did not finish within {limit:.0f} s and was stopped. "
-                                 "Look for a loop that never ends (a bound that never grows, a "
-                                 "while on a value no thread updates) or a __syncthreads() that "
-                                 "some threads never reach."))
-                else:
-                    fatal = f"the grader's worker did not start within {limit:.0f} s."
-                break
-            time.sleep(0.02)
-        log.seek(0)
-        worker_log = log.read()
-        log.close()
-    if running and running not in results and fatal is None:
-        results[running] = CaseResult(
+            reader.close()
+            log.seek(0)
+            worker_log = log.read()
+            log.close()
+    running = watch.running
+    if running and running not in watch.results and watch.fatal is None:
+        watch.record(CaseResult(
             running, False, kind="crash",
             message=(f"the process running this case died (exit code {proc.returncode}): the kernel "
                      "crashed it, for instance with an out-of-bounds access. The cases after it were "
-                     "not run.\n" + worker_log.strip()[-1500:]))
-    if fatal is None and not results and proc.returncode not in (0, 1):
+                     "not run.\n" + worker_log.strip()[-1500:])))
+        not_run = "not run: an earlier case crashed the process"
+    fatal = watch.fatal
+    if fatal is None and not watch.results and proc.returncode not in (0, 1):
         fatal = f"the grader's worker failed (exit code {proc.returncode}):\n{worker_log.strip()[-3000:]}"
     ordered = []
     for c in all_cases:
-        r = results.get(c.name) or CaseResult(c.name, False, params=dict(c.params), kind="not_run",
-                                              message="not run")
+        r = watch.results.get(c.name) or CaseResult(c.name, False, params=dict(c.params), kind="not_run",
+                                                    message=not_run)
         if not r.params:
             r.params = dict(c.params)
         ordered.append(r)
@@ -146,5 +262,5 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
         "passed": fatal is None and all(r.passed for r in ordered),
         "error": fatal,
         "cases": [r.to_json() for r in ordered],
-        "resources": resources,
+        "resources": watch.resources,
     }

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import traceback
 import zlib
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -52,8 +54,17 @@ def select_cases(ex: Exercise, names: list[str] | None = None, shape: dict | Non
     return [c for c in task.CASES if not names or c.name in names]
 
 
+class SubmissionError(GraderError):
+    """The checked file itself is at fault (it does not import, or lacks its entry function): a
+    failed check (exit 1), not a usage or environment error (exit 2)."""
+
+
 def load_exercise_function(ex: Exercise, path: Path):
-    """Import the student's file and return its entry function."""
+    """Import the student's file and return its entry function.
+
+    A missing file is a GraderError (usage); a file that does not import, or that does not define
+    the entry function, is a SubmissionError, with a traceback of the student's own frames.
+    """
     path = Path(path)
     if not path.is_file():
         raise GraderError(f"no such file: {path}")
@@ -62,12 +73,11 @@ def load_exercise_function(ex: Exercise, path: Path):
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except Exception:
-        tb = traceback.format_exc(limit=-3)
-        raise GraderError(f"{path.name} does not import:\n{tb}") from None
+    except Exception as e:
+        raise SubmissionError(f"{path.name} does not import:\n{student_traceback(e, path)}") from None
     fn = getattr(module, ex.entry, None)
     if not callable(fn):
-        raise GraderError(f"{path.name} must define a function {ex.entry}(rt, ...).")
+        raise SubmissionError(f"{path.name} must define a function {ex.entry}(rt, ...).")
     return fn
 
 
@@ -75,9 +85,106 @@ def case_rng(seed: int, case_name: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(case_name.encode())])
 
 
-def _student_frames(tb_text: str, path: Path) -> str:
-    lines = [ln for ln in tb_text.splitlines() if path.name in ln or not ln.startswith("  File")]
-    return "\n".join(lines[-6:])
+@lru_cache(maxsize=1)
+def _library_dirs() -> tuple[Path, ...]:
+    import sysconfig
+    dirs = {Path(__file__).resolve().parents[1]}          # the grader package
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        try:
+            dirs.add(Path(sysconfig.get_paths()[key]).resolve())
+        except (KeyError, OSError):
+            pass
+    return tuple(dirs)
+
+
+def is_student_frame(filename: str, path: Path) -> bool:
+    """A frame of the student's code: the checked file, or a file of theirs it imports; not the
+    grader, importlib, the standard library or an installed package."""
+    if not filename or filename.startswith("<"):
+        return False
+    try:
+        f = Path(filename).resolve()
+        if f == Path(path).resolve():
+            return True
+    except (OSError, ValueError):
+        return False
+    return not any(f.is_relative_to(d) for d in _library_dirs())
+
+
+def student_traceback(exc: BaseException, path: Path, limit: int = 5) -> str:
+    """The traceback of `exc` with only the frames in the student's file (the last `limit`), no
+    grader or importlib frames. A SyntaxError brings its own file, line and caret."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_student_frame(f.filename, path)]
+    lines = []
+    if frames:
+        lines.append("Traceback (most recent call last):\n")
+        lines += traceback.StackSummary.from_list(frames[-limit:]).format()
+    lines += traceback.format_exception_only(type(exc), exc)
+    return "".join(lines).rstrip("\n")
+
+
+def _student_frames(exc: BaseException, path: Path) -> str:
+    return student_traceback(exc, path)
+
+
+# ---- compile errors: the compiler's errors first, warnings folded ---------------------------
+
+# NVRTC: `file(12): error: ...`, `file(12): warning #177-D: ...`; GCC/Clang: `file:12:5: error: ...`.
+_NVRTC_DIAG = re.compile(r"^(?P<file>\S[^()\n]*)\((?P<line>\d+)\): (?P<sev>catastrophic error|"
+                         r"error|warning|remark)(?: #[\w-]+)?: (?P<text>.*)$")
+_HOST_DIAG = re.compile(r"^(?P<file>\S[^:\n]*):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev>fatal error|"
+                        r"error|warning|note): (?P<text>.*)$")
+_HOST_CONTEXT = re.compile(r"^\S[^:\n]*: (In |At global scope)|^In file included from |^\s+from ")
+_NOISE = re.compile(r"^Remark: The warnings can be suppressed|^\d+ errors? detected in the compilation|"
+                    r"^\d+ (errors?|warnings?)( and \d+ (errors?|warnings?))? generated\.$")
+
+
+def format_compiler_log(log: str) -> str:
+    """The compiler's errors as `file:line: error: text` with their source excerpt; warnings and
+    remarks counted, not shown. A log in a format it does not know is returned as it is."""
+    blocks: list[list] = []          # [severity, lines]
+    context: list[str] = []          # GCC's "In function ..." lines, for the next diagnostic
+    for raw in log.splitlines():
+        line = raw.rstrip()
+        if _NOISE.match(line.strip()):
+            continue
+        m = _NVRTC_DIAG.match(line) or _HOST_DIAG.match(line)
+        if m:
+            sev = m.group("sev")
+            col = m.groupdict().get("col")
+            where = f"{m.group('file')}:{m.group('line')}" + (f":{col}" if col else "")
+            head = f"{where}: {sev}: {m.group('text')}"
+            if sev == "note" and blocks:
+                blocks[-1][1].append(head)
+                continue
+            blocks.append([sev, context + [head]])
+            context = []
+        elif _HOST_CONTEXT.match(line):
+            context.append(line)
+        elif blocks:
+            blocks[-1][1].append(line)
+    errors = [b for b in blocks if "error" in b[0]]
+    if not errors:
+        return log.strip()
+    hidden = len(blocks) - len(errors)
+    out = []
+    for _, lines in errors:
+        while lines and not lines[-1].strip():
+            lines.pop()
+        out += lines
+    if hidden:
+        out.append(f"({hidden} warning{'s' if hidden > 1 else ''} not shown)")
+    return "\n".join(out)
+
+
+def compile_error_message(e: CompileError) -> str:
+    """What failed (the first line of the CompileError), then the compiler's errors."""
+    log = getattr(e, "log", "") or ""
+    text = str(e)
+    if not log:
+        return text
+    head = text[: len(text) - len(log)].rstrip("\n")
+    return f"{head}\n{format_compiler_log(log)}"
 
 
 def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | None = None) -> CaseResult:
@@ -95,7 +202,7 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
         outs = task.call(fn, rt, device_inputs, case.params)
         rt.synchronize()
     except CompileError as e:
-        res.kind, res.message = "compile_error", str(e)
+        res.kind, res.message = "compile_error", compile_error_message(e)
         return res
     except (LaunchError, KernelFault) as e:
         res.kind, res.message = "error", str(e)
@@ -110,7 +217,7 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     except Exception as e:
         res.kind = "error"
         res.message = (f"your code raised {type(e).__name__}: {e}\n"
-                       + _student_frames(traceback.format_exc(), path))
+                       + _student_frames(e, path))
         return res
     finally:
         rt.poison_outputs = False
