@@ -285,3 +285,15 @@ def naive_attention(rt, q, k, v, scale):
     assert "0 passed, 1 failed, 16 not run" in out
     if nvrtc.available():
         assert "(1 warning not shown)" in out and "unused" not in out
+
+
+def test_inf_with_small_scores_is_not_called_an_overflow(tmp_path):
+    # +inf in one row of a case whose scores are small: the message says what it saw, not "overflow".
+    body = ("    o, lse = R.attention(rt.to_numpy(q), rt.to_numpy(k), rt.to_numpy(v), scale)\n"
+            "    o[0, 0, 1, :] = np.inf\n"
+            "    return rt.asarray(o.astype(np.float32)), rt.asarray(lse.astype(np.float32))\n")
+    path = write(tmp_path, body)
+    path.write_text("from grader.attention import references as R\n" + path.read_text())
+    msg = run_check(EX, path, "cpu", 1, cases=["tiny"])["cases"][0]["message"]
+    assert "large scores" not in msg and "overflow" not in msg.split("likely cause:")[-1].split(".")[0]
+    assert "+inf where the answer is finite" in msg and "cannot have overflowed" in msg

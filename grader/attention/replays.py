@@ -349,10 +349,11 @@ def decode_diagnose(ctx, kv_cache_fn) -> str | None:
         bad_min = int(lens[bad_seq & live].min())
         if bad_min > ok_max and ok_max >= 1:
             return (f"sequences with a context of at most {ok_max} keys are right, longer ones ({bad_min} "
-                    "keys and up) are wrong: the error starts where a context spans several splits. Check "
-                    "the combine (weights exp(lse_s - lse_max) over exactly the splits that hold keys, "
+                    "keys and up) are wrong" + (": the error starts where a context spans several splits. "
+                    "Check " if p.get("num_splits", 1) > 1 else ". If the launch code splits them, check ")
+                    + "the combine (weights exp(lse_s - lse_max) over exactly the splits that hold keys, "
                     "divided by their sum) and the split bounds (start = split·chunk, end = "
-                    "min(start + chunk, context_lens[b])).")
+                    "min(start + chunk, context_lens[b])); otherwise the loop over a context's keys.")
     if p.get("num_splits", 1) > 1 and bad[live].all() and not nonfinite.any():
         return (f"every row is wrong in a case that forces {p['num_splits']} splits: check the combine "
                 "(each split weighted by exp(lse_s - lse_max), divided by the sum of the weights, "

@@ -24,16 +24,27 @@ def _rows(mask: np.ndarray) -> np.ndarray:
 
 
 def overflow(ctx: Context) -> str | None:
-    """+inf (or NaN) where the answer is finite, with large scores in play: expf overflowed."""
+    """inf/NaN where the answer is finite. Overflow is named only when the case's scores can overflow
+    expf (an lse above 80); otherwise the message says what was seen and does not guess."""
     lse_ref = ctx.ref.get("lse")
-    big = lse_ref is not None and np.isfinite(lse_ref).any() and np.nanmax(np.where(np.isfinite(lse_ref), lse_ref, -np.inf)) > 80
+    finite = lse_ref[np.isfinite(lse_ref)] if lse_ref is not None else np.zeros(0)
+    top = float(finite.max()) if finite.size else None
     for name, c in ctx.cmp.items():
         got = np.asarray(ctx.out[name], np.float64)
-        if c.bad_nonfinite.any() and (np.isposinf(got[c.bad_nonfinite]).any() or big):
+        if not c.bad_nonfinite.any():
+            continue
+        if top is not None and top > 80:
             return (f"{name} holds inf/NaN where the answer is finite, and this case has large scores "
-                    "(the lse reaches " + (f"{np.nanmax(lse_ref[np.isfinite(lse_ref)]):.0f}" if big else "a large value") +
-                    "). expf(x) overflows to inf for x > 88.7, and inf/inf is NaN: subtract the "
-                    "running max before exponentiating (exp(x - m)), so every exponent is <= 0.")
+                    f"(the lse reaches {top:.0f}). expf(x) overflows to inf for x > 88.7, and inf/inf is "
+                    "NaN: subtract the running max before exponentiating (exp(x - m)), so every exponent "
+                    "is <= 0.")
+        if np.isposinf(got[c.bad_nonfinite]).any():
+            scores = f" (the lse is at most {top:.1f})" if top is not None else ""
+            first = tuple(int(i) for i in np.argwhere(c.bad_nonfinite & np.isposinf(got))[0])
+            return (f"{name} holds +inf where the answer is finite, first at {name}{list(first)}, although "
+                    f"this case's scores are small{scores}, so expf cannot have overflowed. Look for a "
+                    "division by a sum that stayed 0 (a loop that skipped its keys or elements) or a value "
+                    "read from memory that was never written.")
     return None
 
 
