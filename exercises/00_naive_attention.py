@@ -18,7 +18,7 @@ extern "C" __global__ void scores_kernel(const float* __restrict__ q, const floa
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     int i = blockIdx.y * blockDim.y + threadIdx.y;
     int bh = blockIdx.z;
-    // TODO(1): compute S[b, h, i, j] = scale * (q_i . k_j), skipping threads past the edge
+    // TODO(1): compute S[b, h, i, j] = scale * (q_i . k_j); a thread past the edge of the matrix does nothing
 }
 
 extern "C" __global__ void softmax_kernel(float* __restrict__ s, float* __restrict__ lse,
@@ -26,7 +26,7 @@ extern "C" __global__ void softmax_kernel(float* __restrict__ s, float* __restri
 {
     // One thread per row of S: three passes over the row (max, sum, normalise).
     int row = blockIdx.x * blockDim.x + threadIdx.x;
-    // TODO(2): softmax of row `row` in place, and lse[row] = m + log(l)
+    // TODO(2): replace row `row` of S by its softmax, in place, and write lse[row] = m + log(l)
 }
 
 extern "C" __global__ void output_kernel(const float* __restrict__ p, const float* __restrict__ v,
@@ -60,7 +60,7 @@ def naive_attention(rt, q, k, v, scale):
     lse = rt.empty((B, H, n_q), "float32")
 
     block2d = (16, 16, 1)
-    # TODO(4): grids that cover every score, every row and every output element
+    # TODO(4): choose grids that cover every score, every row and every output element
     scores_grid = softmax_grid = output_grid = (1, 1, 1)
     scores(scores_grid, block2d, (q, k, s, rt.int32(H), rt.int32(H_kv), rt.int32(n_q),
                                   rt.int32(n_k), rt.int32(d), rt.float32(scale)))

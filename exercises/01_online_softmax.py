@@ -27,7 +27,7 @@ extern "C" __global__ void online_softmax(const float* __restrict__ x, float* __
     float m = -INFINITY, l = 0.0f;
     // TODO(2): stream this lane's elements x_row[lane], x_row[lane + 32], ... into (m, l)
 
-    // TODO(3): combine the 32 lanes' states with __shfl_xor_sync so every lane holds the row's
+    // TODO(3): combine the 32 lanes' states with __shfl_xor_sync so that every lane ends with the whole row's (m, l)
 
     // TODO(4): write y_row[j] = exp(x_j - m) / l and lse[row] = m + log(l); a fully masked row writes 0 and -inf
 }

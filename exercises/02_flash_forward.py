@@ -83,19 +83,19 @@ flash_forward(const float* __restrict__ q, const float* __restrict__ k, const fl
     }
 
     for (int kv_start = 0; kv_start < n_k; kv_start += BLOCK_N) {
-        // TODO(2): load the K tile (transposed) and the V tile into shared memory, zero past n_k
+        // TODO(2): load the K tile (transposed) and the V tile into shared memory, zero past n_k, and wait until the whole tile is there
 
-        // TODO(3): s[r][n] = (this thread's row r of Q) · (its key n), -INFINITY for keys past n_k
+        // TODO(3): declare float s[TM][TN] and fill it with the scaled scores of this thread's TM rows and TN keys (times scale_log2); keys past n_k get -INFINITY
 
-        // TODO(4): online softmax: new row max, rescale l and acc by exp2(m - m_new), P into p_s, acc += P V
+        // TODO(4): update the online softmax with this tile: find the new row max, rescale l and acc by exp2(m - m_new), turn s into P, share P through p_s and add P V to acc
     }
 
-    // TODO(5): add up the row's 8 partial sums l, write o = acc / l and lse = (m + log2 l) · ln 2
+    // TODO(5): add up the row's 8 partial sums l, then write o = acc / l and lse = (m + log2 l) · ln 2
 }
 """
 
 # The tile sizes, stated once: each call compiles KERNEL with them as -D options. A variant is one
-# assignment away: CONFIG = dict(CONFIG, BLOCK_N=32) (scripts/tune_flash.py sweeps them).
+# assignment away: CONFIG = dict(CONFIG, BLOCK_N=32) (the course's tile sweeps set it this way).
 CONFIG = dict(BLOCK_M=64, BLOCK_N=64, TM=4, COLS=8)
 HEAD_DIMS = (32, 64, 96, 128)
 
@@ -129,7 +129,7 @@ def flash_forward(rt, q, k, v, scale):
     o = rt.empty((B, H, n_q, d), "float32")
     lse = rt.empty((B, H, n_q), "float32")
 
-    # TODO(6): launch code: one block per (query tile, head, batch), NTHREADS threads, shared memory
+    # TODO(6): set grid, block and smem: one block per (query tile, head, batch), NTHREADS threads, shared_bytes(d) bytes of shared memory (opt in above 48 KB)
     grid, block, smem = (1, 1, 1), (1, 1, 1), 0
     kernel(grid, block, (q, k, v, o, lse, rt.int32(H), rt.int32(H_kv), rt.int32(n_q), rt.int32(n_k),
                          rt.float32(scale)), shared_mem=smem)

@@ -65,7 +65,7 @@ flash_causal(const float* __restrict__ q, const float* __restrict__ k, const flo
     const float scale_log2 = scale * M_LOG2E_F;
     const int offset = n_k - n_q;            // bottom-right alignment: query i sees keys j <= i + offset
 
-    // TODO(1): kv_end = one past the last key any row of this query tile can see (<= 0: none)
+    // TODO(1): set kv_end to one past the last key that any row of this query tile sees (0 or less when no row sees a key)
     const int kv_end = n_k;
 
     for (int idx = tid; idx < BLOCK_M * D / 4; idx += NTHREADS) {
@@ -134,7 +134,7 @@ flash_causal(const float* __restrict__ q, const float* __restrict__ k, const flo
         for (int r = 0; r < TM; ++r)
             #pragma unroll
             for (int n = 0; n < TN; ++n) s[r][n] *= scale_log2;
-        // TODO(2): diagonal = some key of this tile lies past the first row's last visible key
+        // TODO(2): set diagonal when some key of this tile lies past the last key that the tile's first row sees
         const bool diagonal = false;
         if (diagonal || kv_start + BLOCK_N > n_k) {   // fully visible tiles skip the per-element test
             #pragma unroll
@@ -143,7 +143,7 @@ flash_causal(const float* __restrict__ q, const float* __restrict__ k, const flo
                 #pragma unroll
                 for (int r = 0; r < TM; ++r) {
                     const int i = q_start + ty * TM + r;
-                    // TODO(2): mask keys past n_k and keys above the diagonal (j > i + offset)
+                    // TODO(2): give keys past n_k and keys above the diagonal (j > i + offset) the score -INFINITY
                     if (j >= n_k) s[r][n] = -INFINITY;
                 }
             }
@@ -159,7 +159,7 @@ flash_causal(const float* __restrict__ q, const float* __restrict__ k, const flo
             for (int stride = COLS / 2; stride > 0; stride /= 2)
                 m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, stride));
             const float m_new = fmaxf(m[r], m_tile);
-            // TODO(3): a row that has seen no visible key yet has m_new = -inf: exponentiate against 0 instead
+            // TODO(3): set m_use to 0 while m_new is -INFINITY (the row has seen no visible key yet), and to m_new otherwise
             const float m_use = m_new;
             const float alpha = exp2f(m[r] - m_use);   // < 1 when the max grew; exp2(-inf) = 0 at the start
             m[r] = m_new;
@@ -197,12 +197,12 @@ flash_causal(const float* __restrict__ q, const float* __restrict__ k, const flo
         __syncthreads();                     // everyone is done with k_s, v_s, p_s before the next tile overwrites them
     }
 
-    // TODO(3): write o = acc / l and lse; a row with no visible key (l = 0) writes o = 0 and lse = -INFINITY
+    // TODO(3): add up the row's 8 partial sums l, then write o = acc / l and lse; a row with no visible key (l = 0) writes o = 0 and lse = -INFINITY
 }
 """
 
 # The tile sizes, stated once: each call compiles KERNEL with them as -D options. A variant is one
-# assignment away: CONFIG = dict(CONFIG, BLOCK_N=32) (scripts/tune_flash.py sweeps them).
+# assignment away: CONFIG = dict(CONFIG, BLOCK_N=32) (the course's tile sweeps set it this way).
 CONFIG = dict(BLOCK_M=64, BLOCK_N=64, TM=4, COLS=8)
 HEAD_DIMS = (32, 64, 96, 128)
 

@@ -72,9 +72,9 @@ splitkv_partial(const float* __restrict__ q, const float* __restrict__ k_cache,
         }
     }
 
-    // TODO(1): each warp streams keys j0 .. j0+KEYS_PER_STEP-1 of the split: load K and V rows, scores by warp_sum, online softmax for every head of the group
+    // TODO(1): stream the split's keys, each warp taking KEYS_PER_STEP of them per step: load their K and V rows, compute their scores with warp_sum, and update the online softmax of every head of the group
 
-    // TODO(2): merge the WARPS states through shared memory, then write o_part = acc / l and lse_part = ln of the split's sum
+    // TODO(2): merge the WARPS states through shared memory, then write o_part = acc / l and lse_part, the natural log of the split's sum
 }
 
 // One warp per (head, sequence). The split lse values are merged like 01's online softmax, with
@@ -91,12 +91,12 @@ extern "C" __global__ void splitkv_combine(const float* __restrict__ o_part,
     const float* lse_s = lse_part + row * n_splits;
     const float4* o_s = reinterpret_cast<const float4*>(o_part + row * n_splits * d);
 
-    // TODO(3): lse_max over the used splits, weights exp(lse_s - lse_max), write o and lse; no split (empty context) gives 0 and -inf
+    // TODO(3): find lse_max over the used splits, weigh each split by exp(lse_s - lse_max), and write o and lse; with no used split (an empty context) write o = 0 and lse = -inf
 }
 """
 
 # The tuning constants, stated once: each build compiles KERNEL with them as -D options. A variant is
-# one assignment away: CONFIG = dict(CONFIG, WARPS=8) (scripts/tune_decode.py sweeps them).
+# one assignment away: CONFIG = dict(CONFIG, WARPS=8) (the course's split sweeps set it this way).
 CONFIG = dict(WARPS=4, KEYS_PER_STEP=8, MIN_BLOCKS=4)
 MAX_D = 128                               # as in the kernel: 32 lanes × one float4
 MAX_GROUP = 16                            # H / H_kv: registers and shared memory grow with it
@@ -120,7 +120,7 @@ def _kernels(rt, group, config):
 
 def choose_num_splits(rt, B, H_kv, max_len):
     """How many splits of the cache: enough blocks to fill the GPU, none too short to pay off."""
-    # TODO(4): blocks without splitting = B · H_kv; split until about BLOCKS_PER_SM blocks per SM, but keep splits >= MIN_CHUNK keys
+    # TODO(4): return the number of splits: without splitting there are B · H_kv blocks; split until there are about BLOCKS_PER_SM blocks per SM, but keep every split at least MIN_CHUNK keys long
     return 1
 
 

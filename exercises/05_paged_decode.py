@@ -39,7 +39,7 @@ __device__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z *
 // j / page_size into a physical one.
 __device__ int physical_pos(const int* __restrict__ block_table, int b, int j, int max_pages, int page_size)
 {
-    // TODO(1): page = block_table[b][j / page_size] (a row of max_pages entries), slot = j % page_size; return page · page_size + slot
+    // TODO(1): look up page = block_table[b][j / page_size] (each row of the table has max_pages entries), take slot = j % page_size, and return page · page_size + slot
     return 0;
 }
 
@@ -79,9 +79,9 @@ paged_partial(const float* __restrict__ q, const float* __restrict__ k_pages,
         }
     }
 
-    // TODO(2): as in 04, with the page lookup one step ahead (lane u looks up key u of the next step, __shfl_sync shares it); each warp streams keys j0 .. j0+KEYS_PER_STEP-1 of the split: load K and V rows, scores by warp_sum, online softmax for every head of the group
+    // TODO(2): stream the split's keys as in 04, with the page lookup one step ahead: lane u looks up key u of the warp's next step, and __shfl_sync hands each key's position to every lane
 
-    // TODO(3): as in 04, merge the WARPS states through shared memory, then write o_part = acc / l and lse_part = ln of the split's sum
+    // TODO(3): merge the WARPS states through shared memory and write o_part and lse_part, as in 04
 }
 
 // One warp per (head, sequence). The split lse values are merged like 01's online softmax, with
@@ -98,12 +98,12 @@ extern "C" __global__ void paged_combine(const float* __restrict__ o_part,
     const float* lse_s = lse_part + row * n_splits;
     const float4* o_s = reinterpret_cast<const float4*>(o_part + row * n_splits * d);
 
-    // TODO(4): as in 04, lse_max over the used splits, weights exp(lse_s - lse_max), write o and lse; no split (empty context) gives 0 and -inf
+    // TODO(4): combine the used splits into o and lse as in 04, with weights exp(lse_s - lse_max); an empty context writes o = 0 and lse = -inf
 }
 """
 
 # The tuning constants, stated once: each build compiles KERNEL with them as -D options. A variant is
-# one assignment away: CONFIG = dict(CONFIG, WARPS=8) (scripts/tune_decode.py sweeps them).
+# one assignment away: CONFIG = dict(CONFIG, WARPS=8) (the course's split sweeps set it this way).
 CONFIG = dict(WARPS=4, KEYS_PER_STEP=8, MIN_BLOCKS=4)
 MAX_D = 128                               # as in the kernel: 32 lanes × one float4
 MAX_GROUP = 16                            # H / H_kv: registers and shared memory grow with it
@@ -127,7 +127,7 @@ def _kernels(rt, group, config):
 
 def choose_num_splits(rt, B, H_kv, max_len):
     """How many splits of the cache: enough blocks to fill the GPU, none too short to pay off."""
-    # TODO(5): as in 04 (max_len is now max_pages · page_size): blocks without splitting = B · H_kv; split until about BLOCKS_PER_SM blocks per SM, but keep splits >= MIN_CHUNK keys
+    # TODO(5): return the number of splits as in 04, with max_len = max_pages · page_size: about BLOCKS_PER_SM blocks per SM, and no split shorter than MIN_CHUNK keys
     return 1
 
 

@@ -18,7 +18,7 @@ extern "C" __global__ void scores_kernel(const float* __restrict__ q, const floa
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     int i = blockIdx.y * blockDim.y + threadIdx.y;
     int bh = blockIdx.z;
-    // BEGIN SOLUTION TODO(1): compute S[b, h, i, j] = scale * (q_i . k_j), skipping threads past the edge
+    // BEGIN SOLUTION TODO(1): compute S[b, h, i, j] = scale * (q_i . k_j); a thread past the edge of the matrix does nothing
     if (i >= n_q || j >= n_k) return;      // the grid is rounded up to whole blocks
     int b = bh / H, h = bh % H;
     int h_kv = h / (H / H_kv);             // GQA: H / H_kv query heads share one kv head
@@ -35,7 +35,7 @@ extern "C" __global__ void softmax_kernel(float* __restrict__ s, float* __restri
 {
     // One thread per row of S: three passes over the row (max, sum, normalise).
     int row = blockIdx.x * blockDim.x + threadIdx.x;
-    // BEGIN SOLUTION TODO(2): softmax of row `row` in place, and lse[row] = m + log(l)
+    // BEGIN SOLUTION TODO(2): replace row `row` of S by its softmax, in place, and write lse[row] = m + log(l)
     if (row >= n_rows) return;
     float* s_row = s + (size_t)row * n_k;
     float m = -INFINITY;                   // subtracting the max keeps expf() from overflowing
@@ -87,7 +87,7 @@ def naive_attention(rt, q, k, v, scale):
     lse = rt.empty((B, H, n_q), "float32")
 
     block2d = (16, 16, 1)
-    # BEGIN SOLUTION TODO(4): grids that cover every score, every row and every output element
+    # BEGIN SOLUTION TODO(4): choose grids that cover every score, every row and every output element
     scores_grid = (cdiv(n_k, 16), cdiv(n_q, 16), B * H)
     softmax_grid = (cdiv(B * H * n_q, 128),)
     output_grid = (cdiv(d, 16), cdiv(n_q, 16), B * H)

@@ -35,7 +35,7 @@ extern "C" __global__ void online_softmax(const float* __restrict__ x, float* __
         merge(m, l, x_row[j], 1.0f);                   // one element x is the state (x, 1)
     // END SOLUTION
 
-    // BEGIN SOLUTION TODO(3): combine the 32 lanes' states with __shfl_xor_sync so every lane holds the row's
+    // BEGIN SOLUTION TODO(3): combine the 32 lanes' states with __shfl_xor_sync so that every lane ends with the whole row's (m, l)
     for (int offset = 16; offset > 0; offset /= 2) {
         float m_other = __shfl_xor_sync(0xffffffffu, m, offset);
         float l_other = __shfl_xor_sync(0xffffffffu, l, offset);

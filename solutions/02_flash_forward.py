@@ -93,7 +93,7 @@ flash_forward(const float* __restrict__ q, const float* __restrict__ k, const fl
     }
 
     for (int kv_start = 0; kv_start < n_k; kv_start += BLOCK_N) {
-        // BEGIN SOLUTION TODO(2): load the K tile (transposed) and the V tile into shared memory, zero past n_k
+        // BEGIN SOLUTION TODO(2): load the K tile (transposed) and the V tile into shared memory, zero past n_k, and wait until the whole tile is there
         for (int idx = tid; idx < BLOCK_N * D / 4; idx += NTHREADS) {
             const int j = idx % BLOCK_N, c = (idx / BLOCK_N) * 4;
             float4 x = zero4;
@@ -113,7 +113,7 @@ flash_forward(const float* __restrict__ q, const float* __restrict__ k, const fl
         __syncthreads();                     // the whole tile is in shared memory before anyone reads it
         // END SOLUTION
 
-        // BEGIN SOLUTION TODO(3): s[r][n] = (this thread's row r of Q) · (its key n), -INFINITY for keys past n_k
+        // BEGIN SOLUTION TODO(3): declare float s[TM][TN] and fill it with the scaled scores of this thread's TM rows and TN keys (times scale_log2); keys past n_k get -INFINITY
         float s[TM][TN];
         #pragma unroll
         for (int r = 0; r < TM; ++r)
@@ -148,7 +148,7 @@ flash_forward(const float* __restrict__ q, const float* __restrict__ k, const fl
         }
         // END SOLUTION
 
-        // BEGIN SOLUTION TODO(4): online softmax: new row max, rescale l and acc by exp2(m - m_new), P into p_s, acc += P V
+        // BEGIN SOLUTION TODO(4): update the online softmax with this tile: find the new row max, rescale l and acc by exp2(m - m_new), turn s into P, share P through p_s and add P V to acc
         #pragma unroll
         for (int r = 0; r < TM; ++r) {
             float m_tile = s[r][0];
@@ -196,7 +196,7 @@ flash_forward(const float* __restrict__ q, const float* __restrict__ k, const fl
         // END SOLUTION
     }
 
-    // BEGIN SOLUTION TODO(5): add up the row's 8 partial sums l, write o = acc / l and lse = (m + log2 l) · ln 2
+    // BEGIN SOLUTION TODO(5): add up the row's 8 partial sums l, then write o = acc / l and lse = (m + log2 l) · ln 2
     #pragma unroll
     for (int r = 0; r < TM; ++r) {
         float l_row = l[r];
@@ -220,7 +220,7 @@ flash_forward(const float* __restrict__ q, const float* __restrict__ k, const fl
 """
 
 # The tile sizes, stated once: each call compiles KERNEL with them as -D options. A variant is one
-# assignment away: CONFIG = dict(CONFIG, BLOCK_N=32) (scripts/tune_flash.py sweeps them).
+# assignment away: CONFIG = dict(CONFIG, BLOCK_N=32) (the course's tile sweeps set it this way).
 CONFIG = dict(BLOCK_M=64, BLOCK_N=64, TM=4, COLS=8)
 HEAD_DIMS = (32, 64, 96, 128)
 
@@ -254,7 +254,7 @@ def flash_forward(rt, q, k, v, scale):
     o = rt.empty((B, H, n_q, d), "float32")
     lse = rt.empty((B, H, n_q), "float32")
 
-    # BEGIN SOLUTION TODO(6): launch code: one block per (query tile, head, batch), NTHREADS threads, shared memory
+    # BEGIN SOLUTION TODO(6): set grid, block and smem: one block per (query tile, head, batch), NTHREADS threads, shared_bytes(d) bytes of shared memory (opt in above 48 KB)
     grid = (cdiv(n_q, BLOCK_M), H, B)
     block = (NTHREADS,)
     smem = shared_bytes(d)

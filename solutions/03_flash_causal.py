@@ -65,7 +65,7 @@ flash_causal(const float* __restrict__ q, const float* __restrict__ k, const flo
     const float scale_log2 = scale * M_LOG2E_F;
     const int offset = n_k - n_q;            // bottom-right alignment: query i sees keys j <= i + offset
 
-    // BEGIN SOLUTION TODO(1): kv_end = one past the last key any row of this query tile can see (<= 0: none)
+    // BEGIN SOLUTION TODO(1): set kv_end to one past the last key that any row of this query tile sees (0 or less when no row sees a key)
     const int q_last = min(q_start + BLOCK_M, n_q) - 1;     // the tile's last row sees the most keys
     const int kv_end = min(n_k, q_last + offset + 1);
     // STUB: const int kv_end = n_k;
@@ -137,7 +137,7 @@ flash_causal(const float* __restrict__ q, const float* __restrict__ k, const flo
         for (int r = 0; r < TM; ++r)
             #pragma unroll
             for (int n = 0; n < TN; ++n) s[r][n] *= scale_log2;
-        // BEGIN SOLUTION TODO(2): diagonal = some key of this tile lies past the first row's last visible key
+        // BEGIN SOLUTION TODO(2): set diagonal when some key of this tile lies past the last key that the tile's first row sees
         const bool diagonal = kv_start + BLOCK_N - 1 > q_start + offset;
         // STUB: const bool diagonal = false;
         // END SOLUTION
@@ -148,7 +148,7 @@ flash_causal(const float* __restrict__ q, const float* __restrict__ k, const flo
                 #pragma unroll
                 for (int r = 0; r < TM; ++r) {
                     const int i = q_start + ty * TM + r;
-                    // BEGIN SOLUTION TODO(2): mask keys past n_k and keys above the diagonal (j > i + offset)
+                    // BEGIN SOLUTION TODO(2): give keys past n_k and keys above the diagonal (j > i + offset) the score -INFINITY
                     if (j >= n_k || j > i + offset) s[r][n] = -INFINITY;
                     // STUB: if (j >= n_k) s[r][n] = -INFINITY;
                     // END SOLUTION
@@ -166,7 +166,7 @@ flash_causal(const float* __restrict__ q, const float* __restrict__ k, const flo
             for (int stride = COLS / 2; stride > 0; stride /= 2)
                 m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, stride));
             const float m_new = fmaxf(m[r], m_tile);
-            // BEGIN SOLUTION TODO(3): a row that has seen no visible key yet has m_new = -inf: exponentiate against 0 instead
+            // BEGIN SOLUTION TODO(3): set m_use to 0 while m_new is -INFINITY (the row has seen no visible key yet), and to m_new otherwise
             const float m_use = m_new == -INFINITY ? 0.0f : m_new;   // exp2(-inf - -inf) would be NaN
             // STUB: const float m_use = m_new;
             // END SOLUTION
@@ -206,7 +206,7 @@ flash_causal(const float* __restrict__ q, const float* __restrict__ k, const flo
         __syncthreads();                     // everyone is done with k_s, v_s, p_s before the next tile overwrites them
     }
 
-    // BEGIN SOLUTION TODO(3): write o = acc / l and lse; a row with no visible key (l = 0) writes o = 0 and lse = -INFINITY
+    // BEGIN SOLUTION TODO(3): add up the row's 8 partial sums l, then write o = acc / l and lse; a row with no visible key (l = 0) writes o = 0 and lse = -INFINITY
     #pragma unroll
     for (int r = 0; r < TM; ++r) {
         float l_row = l[r];
@@ -231,7 +231,7 @@ flash_causal(const float* __restrict__ q, const float* __restrict__ k, const flo
 """
 
 # The tile sizes, stated once: each call compiles KERNEL with them as -D options. A variant is one
-# assignment away: CONFIG = dict(CONFIG, BLOCK_N=32) (scripts/tune_flash.py sweeps them).
+# assignment away: CONFIG = dict(CONFIG, BLOCK_N=32) (the course's tile sweeps set it this way).
 CONFIG = dict(BLOCK_M=64, BLOCK_N=64, TM=4, COLS=8)
 HEAD_DIMS = (32, 64, 96, 128)
 

@@ -72,7 +72,7 @@ splitkv_partial(const float* __restrict__ q, const float* __restrict__ k_cache,
         }
     }
 
-    // BEGIN SOLUTION TODO(1): each warp streams keys j0 .. j0+KEYS_PER_STEP-1 of the split: load K and V rows, scores by warp_sum, online softmax for every head of the group
+    // BEGIN SOLUTION TODO(1): stream the split's keys, each warp taking KEYS_PER_STEP of them per step: load their K and V rows, compute their scores with warp_sum, and update the online softmax of every head of the group
     for (int j0 = start + warp * KEYS_PER_STEP; j0 < end; j0 += WARPS * KEYS_PER_STEP) {
         // Issue all the loads first: KEYS_PER_STEP rows of K and V in flight at once. Each row is read
         // here once, for all GROUP query heads.
@@ -111,7 +111,7 @@ splitkv_partial(const float* __restrict__ q, const float* __restrict__ k_cache,
     }
     // END SOLUTION
 
-    // BEGIN SOLUTION TODO(2): merge the WARPS states through shared memory, then write o_part = acc / l and lse_part = ln of the split's sum
+    // BEGIN SOLUTION TODO(2): merge the WARPS states through shared memory, then write o_part = acc / l and lse_part, the natural log of the split's sum
     __shared__ float m_s[WARPS][GROUP], l_s[WARPS][GROUP];
     __shared__ float4 acc_s[WARPS][GROUP][MAX_D / 4];
     #pragma unroll
@@ -158,7 +158,7 @@ extern "C" __global__ void splitkv_combine(const float* __restrict__ o_part,
     const float* lse_s = lse_part + row * n_splits;
     const float4* o_s = reinterpret_cast<const float4*>(o_part + row * n_splits * d);
 
-    // BEGIN SOLUTION TODO(3): lse_max over the used splits, weights exp(lse_s - lse_max), write o and lse; no split (empty context) gives 0 and -inf
+    // BEGIN SOLUTION TODO(3): find lse_max over the used splits, weigh each split by exp(lse_s - lse_max), and write o and lse; with no used split (an empty context) write o = 0 and lse = -inf
     float lse_max = -INFINITY;
     for (int s = lane; s < used; s += 32) lse_max = fmaxf(lse_max, lse_s[s]);
     for (int offset = 16; offset > 0; offset /= 2)
@@ -188,7 +188,7 @@ extern "C" __global__ void splitkv_combine(const float* __restrict__ o_part,
 """
 
 # The tuning constants, stated once: each build compiles KERNEL with them as -D options. A variant is
-# one assignment away: CONFIG = dict(CONFIG, WARPS=8) (scripts/tune_decode.py sweeps them).
+# one assignment away: CONFIG = dict(CONFIG, WARPS=8) (the course's split sweeps set it this way).
 CONFIG = dict(WARPS=4, KEYS_PER_STEP=8, MIN_BLOCKS=4)
 MAX_D = 128                               # as in the kernel: 32 lanes × one float4
 MAX_GROUP = 16                            # H / H_kv: registers and shared memory grow with it
@@ -212,7 +212,7 @@ def _kernels(rt, group, config):
 
 def choose_num_splits(rt, B, H_kv, max_len):
     """How many splits of the cache: enough blocks to fill the GPU, none too short to pay off."""
-    # BEGIN SOLUTION TODO(4): blocks without splitting = B · H_kv; split until about BLOCKS_PER_SM blocks per SM, but keep splits >= MIN_CHUNK keys
+    # BEGIN SOLUTION TODO(4): return the number of splits: without splitting there are B · H_kv blocks; split until there are about BLOCKS_PER_SM blocks per SM, but keep every split at least MIN_CHUNK keys long
     blocks = B * H_kv                                  # one block per (sequence, kv head) if unsplit
     wanted = cdiv(BLOCKS_PER_SM * rt.multiprocessor_count, blocks)
     longest = cdiv(max_len, MIN_CHUNK)                 # more splits would be shorter than MIN_CHUNK

@@ -14,8 +14,8 @@ CASES = [
     Case("warp_plus_1", dict(R=6, n=33)),
     Case("rows_not_multiple_of_block", dict(R=7, n=100)),
     Case("prime_length", dict(R=9, n=1009)),
-    Case("large_logits", dict(R=8, n=300, spread=50.0)),
-    Case("huge_logits", dict(R=8, n=300, spread=1000.0)),
+    Case("huge_logits", dict(R=8, n=300, spread=50.0)),
+    Case("extreme_logits", dict(R=8, n=300, spread=1000.0)),
     Case("masked_entries", dict(R=8, n=200, masked=0.5)),
     Case("fully_masked_rows", dict(R=8, n=64, masked_rows=3)),
     Case("increasing_rows", dict(R=4, n=500, increasing=True)),
@@ -99,7 +99,9 @@ def diagnose(ctx):
     for start, m_kind, l_kind in ((16, "down", "down"), (16, "down", "xor"), (16, "xor", "down"),
                                   (8, "xor", "xor"), (4, "xor", "xor"), (2, "xor", "xor"), (1, "xor", "xor")):
         y_alt, _ = _replayed(x, start, m_kind, l_kind)
-        if wrong and rel(ctx.out["y"], y_alt) < 1e-3:
+        # The replay must reproduce the output AND differ from the truth: on short rows some of these
+        # reductions are still right, and then they explain nothing.
+        if wrong and rel(ctx.out["y"], y_alt) < 1e-3 and rel(y_alt, ctx.ref["y"]) > 1e-2:
             if "down" in (m_kind, l_kind):
                 return ("after the warp reduction only lane 0 holds the row's (m, l) (the output matches a "
                         "reduction with __shfl_down_sync): a lane whose partner lane + offset is past 31 gets "

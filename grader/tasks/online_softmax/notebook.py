@@ -265,7 +265,7 @@ Now the real thing: the wrong version `no_max_subtraction` (one of the planted b
 reject; `python -m grader.wrong 01 no_max_subtraction` prints it) is the solution with a
 merge that measures every sum against $m = 0$ instead of the max (`l = l * expf(m) + l2 * expf(m2)`).
 Mathematically the same state, in another unit — and the grader must reject it. Run it next to the
-solution on the grader's `large_logits` rows (spread 50):
+solution on the grader's `huge_logits` rows (spread 50):
 '''),
 
 code(r'''
