@@ -112,7 +112,7 @@ def diagnose(ctx):
                         f"{how}, which is right only when the pages happen to lie in order. Look the page "
                         "up: page = block_table[b · max_pages + j / page_size] ("
                         + ("the pages of this case are shuffled)." if p.get("shuffle", True) else
-                           "here the pages lie in order, but only sequence 0's start at page 0).")))
+                           "here the pages lie in order, but only sequence 0's start at page 0)."))
         if Hkv > 1 and ps > 1:
             swap = lambda x: np.ascontiguousarray(x.reshape(num_pages, Hkv, ps, d).transpose(0, 2, 1, 3))
             if _matches(ctx, swap(kp), swap(vp), bt):
