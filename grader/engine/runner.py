@@ -266,6 +266,12 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     lines += [f"{o.name}: {o.reason}." for o in failing[1:]]
     if cause:
         lines.append(f"likely cause: {cause}")
+    elif getattr(rt, "name", "") == "gpu":
+        # A GPU runs an out-of-bounds read or a race without complaint; the emulator and
+        # compute-sanitizer name them with their line.
+        lines.append("no replayed bug matches this error. On a GPU an out-of-bounds access or a missing "
+                     "__syncthreads() can give wrong numbers silently: `--backend cpu` (the emulator) or "
+                     "`--sanitize` (compute-sanitizer) names such a bug and its line.")
     res.message = "\n".join(lines)
     return res
 
