@@ -28,4 +28,4 @@ def reference(inputs, p):
 def diagnose(ctx) -> str | None:
     s, v = replays.scores(ctx.inputs)
     return (replays.output_causes(ctx, s, v) or replays.tile_bug_causes(ctx, s, v)
-            or replays.setup_causes(ctx) or replays.extra_weight_cause(ctx))
+            or replays.setup_causes(ctx))
