@@ -29,3 +29,27 @@ def runtime(backend: str | None = None):
     rt = get_runtime(backend)
     print(f"runtime: {rt.name} ({rt.device_name})")
     return rt
+
+
+def on_device(rt, inputs: dict) -> dict:
+    """The NumPy arrays of `inputs` copied to rt's device; scalars as they are."""
+    import numpy as np
+    return {k: rt.asarray(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+
+
+def timed(rt, fn, reps=5) -> float:
+    """Median milliseconds of fn(): CUDA events on the GPU, wall clock on the CPU emulator (which
+    says nothing about GPU speed: notebooks label such numbers as emulator times)."""
+    import time
+
+    import numpy as np
+    if rt.name == "gpu":
+        from .bench import time_gpu
+        return float(np.median(time_gpu(fn, rt, warmup=2, reps=reps)))
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return float(np.median(ts))

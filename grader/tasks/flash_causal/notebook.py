@@ -11,10 +11,9 @@ what happens to rows that see no key, and how much time skipping saves.
 '''),
 
 code(r'''
-import time
 import numpy as np
 import matplotlib.pyplot as plt
-from grader.course import load, runtime
+from grader.course import load, on_device, runtime, timed
 from grader.attention import baselines, replays, references as R
 from grader.attention.inputs import attention_inputs
 from grader.spec import BenchContext
@@ -28,18 +27,7 @@ print(f"CONFIG = {flash.CONFIG}: {flash.nthreads()} threads per block")
 
 def inputs(B, H, H_kv, n_q, n_k, d, seed=0):
     x = attention_inputs(dict(B=B, H=H, Hkv=H_kv, Nq=n_q, Nk=n_k, d=d), np.random.default_rng(seed))
-    return x, {k: rt.asarray(v) if isinstance(v, np.ndarray) else v for k, v in x.items()}
-
-def timed(fn, reps=5):
-    """Median milliseconds of fn(): CUDA events on the GPU, wall clock on the CPU emulator."""
-    if ON_GPU:
-        from grader.bench import time_gpu
-        return float(np.median(time_gpu(fn, rt, warmup=2, reps=reps)))
-    fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter(); fn(); ts.append((time.perf_counter() - t0) * 1e3)
-    return float(np.median(ts))
+    return x, on_device(rt, x)
 '''),
 
 md(r'''
@@ -129,8 +117,8 @@ Ns = [512, 1024, 2048, 4096, 8192] if ON_GPU else [64, 128, 256]
 t_full, t_causal = [], []
 for n in Ns:
     x, dx = inputs(B, H, H, n, n, d, seed=n)
-    t_full.append(timed(lambda: flash.flash_forward(rt, dx["q"], dx["k"], dx["v"], dx["scale"])))
-    t_causal.append(timed(lambda: causal.flash_causal(rt, dx["q"], dx["k"], dx["v"], dx["scale"])))
+    t_full.append(timed(rt, lambda: flash.flash_forward(rt, dx["q"], dx["k"], dx["v"], dx["scale"])))
+    t_causal.append(timed(rt, lambda: causal.flash_causal(rt, dx["q"], dx["k"], dx["v"], dx["scale"])))
 fig, ax = plt.subplots(figsize=(6, 3.5))
 ax.loglog(Ns, t_full, "o-", label="02: no mask, all tiles"); ax.loglog(Ns, t_causal, "o-", label="03: causal, tiles skipped")
 ax.set_xlabel("N"); ax.set_ylabel("ms"); ax.legend(); ax.set_title(f"B={B} H={H} d={d} on {rt.name}")

@@ -14,10 +14,9 @@ one, else the CPU emulator running the very same CUDA source). Three pictures:
 '''),
 
 code(r'''
-import time
 import numpy as np
 import matplotlib.pyplot as plt
-from grader.course import load, runtime
+from grader.course import load, on_device, runtime, timed
 from grader.attention import baselines, replays, references as R
 from grader.attention.inputs import attention_inputs
 from grader.spec import BenchContext
@@ -31,18 +30,7 @@ print(f"CONFIG = {flash.CONFIG}: {flash.nthreads()} threads per block")
 
 def inputs(B, H, H_kv, n_q, n_k, d, seed=0):
     x = attention_inputs(dict(B=B, H=H, Hkv=H_kv, Nq=n_q, Nk=n_k, d=d), np.random.default_rng(seed))
-    return x, {k: rt.asarray(v) if isinstance(v, np.ndarray) else v for k, v in x.items()}
-
-def timed(fn, reps=5):
-    """Median milliseconds of fn(): CUDA events on the GPU, wall clock on the CPU emulator."""
-    if ON_GPU:
-        from grader.bench import time_gpu
-        return float(np.median(time_gpu(fn, rt, warmup=2, reps=reps)))
-    fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter(); fn(); ts.append((time.perf_counter() - t0) * 1e3)
-    return float(np.median(ts))
+    return x, on_device(rt, x)
 '''),
 
 md(r'''
@@ -172,8 +160,8 @@ t_naive, t_flash = [], []
 for n in Ns:
     x, dx = inputs(B, H, H, n, n, d, seed=n)
     p = dict(B=B, H=H, Hkv=H, Nq=n, Nk=n, d=d)
-    t_flash.append(timed(lambda: flash.flash_forward(rt, dx["q"], dx["k"], dx["v"], dx["scale"])))
-    t_naive.append(timed(lambda: baselines.naive_cublas(BenchContext(rt, dx, p, load))))
+    t_flash.append(timed(rt, lambda: flash.flash_forward(rt, dx["q"], dx["k"], dx["v"], dx["scale"])))
+    t_naive.append(timed(rt, lambda: baselines.naive_cublas(BenchContext(rt, dx, p, load))))
     if ON_GPU:
         rt.xp.get_default_memory_pool().free_all_blocks()
 fig, axs = plt.subplots(1, 2, figsize=(11, 3.5))
