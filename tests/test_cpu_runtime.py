@@ -793,3 +793,25 @@ def test_ctrl_c_stops_an_endless_kernel_with_its_line(tmp_path):
     finally:
         proc.kill()
     assert "interrupted: endless interrupted at kernel.cu:3" in out
+
+
+REGISTER_OVERRUN = r"""
+extern "C" __global__ void tile_max(const float* x, float* y)
+{
+    float r[4];
+    for (int n = 0; n < 4; ++n) r[n] = x[threadIdx.x * 4 + n];
+    float m = r[0];
+    for (int n = 1; n <= 4; ++n) m = fmaxf(m, r[n]);   // @register_overrun: one past the end
+    y[threadIdx.x] = m;
+}
+"""
+
+
+def test_a_per_thread_array_indexed_past_its_end_is_reported_with_its_line(rt):
+    # On a GPU this reads whatever sits next to r[] and often passes; the emulator traps at the line.
+    kern = rt.compile(REGISTER_OVERRUN).get_function("tile_max")
+    x, y = np.arange(128, dtype=np.float32), np.zeros(32, np.float32)
+    with pytest.raises(KernelFault) as e:
+        kern((1,), (32,), (x, y))
+    msg = str(e.value)
+    assert "index out of bounds of a fixed-size array" in msg and at("register_overrun") in msg, msg

@@ -53,9 +53,10 @@ def launch_fault(kernel, rec: FaultRecord, args, arg_slot, bufs, smem, shared_me
                "(INT_MIN / -1)", 7: "invalid floating-point operation on a NaN"}.get(
                    rec.si_code, "arithmetic exception") + "."
     elif rec.kind == F_ILL:
-        msg = ("reached code the compiler marked unreachable: typically a function declared "
-               "to return a value that ends without `return`, or another undefined "
-               "behaviour.")
+        msg = ("an index out of bounds of a fixed-size array (a per-thread array like s[TM][TN], or a "
+               "__shared__ tile): check the loop bound or index on this line (`<=` where `<` is due?). "
+               "If no array is indexed here: the thread reached code the compiler marked unreachable, "
+               "typically a function declared to return a value that ends without `return`.")
     elif rec.kind == F_SETUP:
         msg = f"the emulator could not start the launch: {text}"
     else:
