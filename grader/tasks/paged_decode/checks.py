@@ -119,11 +119,4 @@ def diagnose(ctx):
                 return ("page layout: the kernel reads a page as [Hkv, page_size, d], but it is "
                         "[page_size, Hkv, d]: row (page, slot, kv) starts at "
                         "((page · page_size + slot) · Hkv + kv) · d.")
-    cause = replays.decode_diagnose(ctx, _gathered)
-    if cause:
-        return cause
-    if p.get("shuffle", True) and replays.row_errors(ctx)[lens > 0].any():
-        return ("the pages of this case are shuffled and scattered: if pages_in_order passes, check the "
-                "page lookup (page = block_table[b][j / page_size], slot = j % page_size) and that the "
-                "last, partial page stops at context_lens[b].")
-    return None
+    return replays.decode_diagnose(ctx, _gathered)
