@@ -256,7 +256,11 @@ def cmd_check(args) -> int:
                        shape=shape, shrink=not args.no_shrink, plot_dir=plot_tmp,
                        on_result=printer.verdict if printer else None)
     if plot_tmp:
-        _render_plots(report, ex)
+        import shutil
+        try:
+            _render_plots(report, ex)          # the PNGs go to .grader/plots; the arrays were temporary
+        finally:
+            shutil.rmtree(plot_tmp, ignore_errors=True)
     if not args.solution and not args.file and not shape and not args.case:
         progress.record_check(report)
     if args.json:
