@@ -454,9 +454,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, help="replay the inputs of an earlier run")
     s.add_argument("--case", action="append", help="run only this case (repeatable)")
     s.add_argument("--shape", help="run one case of this shape, e.g. B=1,H=2,Hkv=1,Nq=5,Nk=9,d=32")
+    from .engine.check import DEFAULT_CASE_TIMEOUT as limits    # one place for the defaults
     s.add_argument("--timeout", type=float,
-                   help="seconds allowed per case, compiling not included (default: 15 on the CPU, "
-                        "10 on a GPU)")
+                   help=f"seconds allowed per case, compiling not included (default: {limits['cpu']:g} "
+                        f"on the CPU, {limits['gpu']:g} on a GPU)")
     s.add_argument("--no-shrink", action="store_true", help="do not look for a smaller failing shape")
     s.add_argument("--plot", action="store_true", help="save a PNG of the first failing case's error")
     s.add_argument("--sanitize", action="store_true",
