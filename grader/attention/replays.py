@@ -216,14 +216,19 @@ def mask_causes(ctx, s, v) -> str | None:
             # Whole tiles up to the diagonal, with no per-element test inside the diagonal tiles.
             lim = tile_limits(n_q, n_k, bm, bn, lambda first, last: last)
             if matches(ctx, o=attend(s, v, visible_where(n_q, n_k, lim))[0]):
+                # Name the tile size only where it shaped the replay: a case smaller than the tile
+                # fits any tile size alike, and naming 16 to a kernel with 64-wide tiles misleads.
+                sizes = (f"whole tiles of {bm} queries × {bn} keys" if bm < n_q or bn < n_k
+                         else "the diagonal tile")
                 return (f"keys above the diagonal are counted inside the diagonal tiles (the output matches "
-                        f"whole tiles of {bm} queries × {bn} keys, unmasked). Tiles that straddle the "
-                        f"diagonal need the per-element test: s = -INFINITY where j > i + (Nk - Nq).")
+                        f"{sizes}, unmasked). Tiles that straddle the diagonal need the per-element "
+                        f"test: s = -INFINITY where j > i + (Nk - Nq).")
             # The loop over key tiles bounded by the first row of the query tile instead of the last.
             lim = np.minimum(i + offset + 1, tile_limits(n_q, n_k, bm, bn, lambda first, last: first))
             if matches(ctx, o=attend(s, v, visible_where(n_q, n_k, np.maximum(lim, 0)))[0]):
                 return (f"the loop over key tiles stops too early (the output matches a loop bounded by the "
-                        f"first row of each query tile of {bm}). The last row of the query tile sees the most "
+                        f"first row of each query tile{f' of {bm}' if bm < n_q else ''}). The last row of the "
+                        f"query tile sees the most "
                         f"keys: kv_end = min(Nk, last_row + (Nk - Nq) + 1).")
     return None
 
