@@ -271,6 +271,8 @@ def cmd_check(args) -> int:
         _sanitize(ex, path, report, backend, seed)
     if report.get("error"):
         return USAGE_ERROR
+    if any(c["kind"] == "grader_error" for c in report["cases"]):
+        return USAGE_ERROR                # the grader's failure, not the submission's (exit 2)
     return 0 if report["passed"] else 1
 
 

@@ -36,7 +36,7 @@ def _sub(text: str) -> Callable[[re.Match], str]:
 _GUARD = lambda line: bool(re.search(r"\b(if|for|while)\b|\?", line))   # noqa: E731
 # Words that name the cause, not merely a symptom; "past"/"last"/"partial" alone appear in generic advice.
 _BOUNDS_WORDS = ("bound", "out-of-bounds", "out of bounds", "past n_k", "past the end", "never written",
-                 "one too many", "diagonal itself", "loop that never ends")
+                 "one too many", "diagonal itself", "loop that never ends", "guard")
 
 OPERATORS = (
     Operator("bound_lt_to_le", "an off-by-one in a bound or guard (< became <=)",
@@ -128,6 +128,7 @@ class Verdict:
     first_message: str = ""
     first_case: str = ""
     changes_output: bool = True       # False: the mutant computes exactly what the solution does
+    contradictions: tuple = ()        # claims of its messages that its own cases refute
 
     @property
     def named(self) -> bool:
@@ -182,7 +183,9 @@ def run_mutant(m: Mutant, folder, seed: int = 7, case_timeout: float = 20.0) -> 
     if report["passed"]:
         return Verdict(m, False, changes_output=not _same_outputs(ex, path, solution_path, cases, seed))
     first = failing[0] if failing else {"message": report.get("error") or "", "name": "-"}
-    return Verdict(m, True, first["message"], first["name"])
+    from .engine.consistency import file_config, report_contradictions
+    found = tuple(report_contradictions(ex, report, seed, file_config(ex, path)))
+    return Verdict(m, True, first["message"], first["name"], contradictions=found)
 
 
 def summarise(verdicts: list[Verdict]) -> dict:

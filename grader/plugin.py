@@ -139,6 +139,12 @@ class CheckRun:
                 self.stop_reason = "not run: " + str(e).splitlines()[0].rstrip(":")
             else:
                 result = self._run_case(case, fn, rt)
+        except Exception as e:        # the grader's own code failed: say so, never as "not run"
+            import traceback
+            result = CaseResult(case.name, False, params=dict(case.params), kind="grader_error",
+                                message="the grader itself failed on this case (a bug in the grader; please "
+                                        "report it with this message):\n"
+                                        + "".join(traceback.format_exception(e, limit=-4)).rstrip())
         except KeyboardInterrupt as e:
             # Under `grader check`, SIGINT is the parent's time limit: report where the code was.
             if self.events is None:

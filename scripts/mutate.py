@@ -49,6 +49,10 @@ def main() -> int:
         print(f"{ex_id:<20} {n:>8} {rej / max(n, 1):>8.0%} {named / max(rej, 1):>7.0%}")
     print(f"{'all':<20} {tot[0]:>8} {tot[1] / max(tot[0], 1):>8.0%} {tot[2] / max(tot[1], 1):>7.0%}"
           f"   ({time.monotonic() - t0:.0f} s)")
+    contradicted = [f"{v.mutant.id}: {c}" for v in verdicts for c in v.contradictions]
+    print(f"explanations that contradict their own case: {len(contradicted)}")
+    for line in contradicted:
+        print("  " + line)
     for ex_id, r in table.items():
         for key in ("escaped", "equivalent"):
             if r[key]:

@@ -30,5 +30,7 @@ def test_a_sample_of_mutants_is_rejected(tmp_path):
     verdicts = [run_mutant(m, tmp_path) for m in sample]
     escaped = [v.mutant.id + ": " + v.mutant.after.strip() for v in verdicts if v.changes_output and not v.rejected]
     assert not escaped, "mutants that change the output but pass every case:\n" + "\n".join(escaped)
+    contradicted = [f"{v.mutant.id}: {c}" for v in verdicts for c in v.contradictions]
+    assert not contradicted, "explanations that contradict their own case:\n" + "\n".join(contradicted)
     table = summarise(verdicts)
     assert sum(r["mutants"] for r in table.values()) >= 10, "the sample must hold mutants that change the output"

@@ -7,6 +7,7 @@ import pytest
 
 from grader import catalogue
 from grader.engine.check import run_check
+from grader.engine.consistency import file_config, report_contradictions
 from grader.wrong import all_wrong, build, write
 
 WRONG = all_wrong()
@@ -28,8 +29,11 @@ def test_each_bug_still_applies_to_its_solution(w):
 @pytest.mark.parametrize("w", WRONG, ids=[w.id for w in WRONG])
 def test_wrong_version_is_rejected_with_the_right_explanation(w, tmp_path):
     ex = catalogue.resolve(w.exercise)
-    report = run_check(ex, write(w, tmp_path), "cpu", seed=7, cases=list(w.cases) if w.cases else None)
+    path = write(w, tmp_path)
+    report = run_check(ex, path, "cpu", seed=7, cases=list(w.cases) if w.cases else None)
     assert not report["passed"], f"{w.id} passed the check, but it is wrong"
+    # No explanation, of any failing case or its shrunk shape, contradicts its own case.
+    assert not report_contradictions(ex, report, 7, file_config(ex, path))
     failing = [c for c in report["cases"] if not c["passed"] and c["kind"] != "not_run"]
     assert failing, report
     message = failing[0]["message"].lower()

@@ -14,8 +14,15 @@ import numpy as np
 
 from . import references as R
 
-# The tile sizes a student may pick; a tile-shaped bug is replayed with each.
+# The tile sizes a student may pick; a tile-shaped bug is replayed with each, unless the kernel
+# declares its own (CONFIG's BLOCK_M / BLOCK_N): then with that one only, so that a message never
+# names a tile size the kernel does not use.
 TILES = (16, 32, 64, 128)
+
+
+def tiles(ctx, key: str) -> tuple[int, ...]:
+    size = (getattr(ctx, "config", None) or {}).get(key)
+    return (int(size),) if isinstance(size, int) and size > 0 else TILES
 
 # ---- prefill (modules 00, 02, 03) ----------------------------------------------------------------
 
@@ -85,7 +92,7 @@ def matches(ctx, o=None, lse=None) -> bool:
 def tile_bug_causes(ctx, s, v, visible=None) -> str | None:
     """Bugs of the streaming loop: the rescale and the bounds mask of the last, partial key tile."""
     n_k = s.shape[-1]
-    for tile in TILES:
+    for tile in tiles(ctx, "BLOCK_N"):
         if n_k <= tile:
             continue
         if matches(ctx, o=streamed(s, v, tile, rescale_acc=False, visible=visible)[0]):
@@ -97,15 +104,17 @@ def tile_bug_causes(ctx, s, v, visible=None) -> str | None:
             return (f"neither acc nor l is rescaled when the running max grows (the output matches that "
                     f"bug with key tiles of {tile}). When m grows to m_new, multiply acc and l by "
                     f"exp(m_old - m_new) before adding the new tile.")
-    for tile in TILES:
-        pad = -n_k % tile
-        if not pad:
-            continue
-        # Keys past n_k zero-filled but not masked: score 0, value 0, still counted in l.
+    # Keys past n_k zero-filled but not masked: score 0, value 0, still counted in l. One such key is
+    # a bound one off (j > n_k where j >= n_k is due); a tile's worth is a missing bounds mask.
+    for tile, pad in [(None, 1)] + [(t, -n_k % t) for t in tiles(ctx, "BLOCK_N") if -n_k % t > 1]:
         s_pad = np.concatenate([np.where(visible, s, -np.inf) if visible is not None else s,
                                 np.zeros(s.shape[:-1] + (pad,))], axis=-1)
         v_pad = np.concatenate([v, np.zeros(v.shape[:-2] + (pad, v.shape[-1]))], axis=-2)
         o_alt, lse_alt = attend(s_pad, v_pad)
+        if (matches(ctx, o=o_alt) or matches(ctx, lse=lse_alt)) and tile is None:
+            return (f"key n_k = {n_k}, one past the last key, is counted (the output matches one extra key "
+                    f"of score 0 and value 0: zero-filled but not masked). The bounds mask is one off: "
+                    f"s = -INFINITY where j >= n_k (not j > n_k).")
         if matches(ctx, o=o_alt) or matches(ctx, lse=lse_alt):
             return (f"keys past n_k = {n_k} in the last, partial key tile are counted (the output matches "
                     f"{pad} extra keys of score 0, as with tiles of {tile}). Give them score -INFINITY "
@@ -211,8 +220,8 @@ def mask_causes(ctx, s, v) -> str | None:
     if matches(ctx, o=attend(s, v, visible_where(n_q, n_k, i + offset + 2))[0]):
         return ("each query sees one key too many: mask j > i + offset, where offset = Nk - Nq "
                 "(key i + offset + 1 is in the future).")
-    for bm in TILES:
-        for bn in TILES:
+    for bm in tiles(ctx, "BLOCK_M"):
+        for bn in tiles(ctx, "BLOCK_N"):
             # Whole tiles up to the diagonal, with no per-element test inside the diagonal tiles.
             lim = tile_limits(n_q, n_k, bm, bn, lambda first, last: last)
             if matches(ctx, o=attend(s, v, visible_where(n_q, n_k, lim))[0]):
@@ -275,8 +284,9 @@ def close(got, want, tol=1e-3) -> bool:
 
 
 def decode_diagnose(ctx, kv_cache_fn) -> str | None:
-    """Causes shared by 04 and 05. kv_cache_fn(ctx) -> the contiguous (k, v) [B, Hkv, L, d] the
-    sequences really attend to (for 05: the pages gathered through block_table)."""
+    """Causes shared by 04 and 05. kv_cache_fn(ctx, lens) -> the contiguous (k, v) [B, Hkv, L, d]
+    holding at least the first lens[b] keys of each sequence, as the kernel can reach them (for 05:
+    the pages gathered through block_table); lens defaults to the context lengths."""
     p = ctx.params
     lens = np.asarray(ctx.inputs["context_lens"])
     o, lse = np.asarray(ctx.out["o"], np.float64), np.asarray(ctx.out["lse"], np.float64)
@@ -293,12 +303,15 @@ def decode_diagnose(ctx, kv_cache_fn) -> str | None:
                 "0 has no split with a key: the combine must write o = 0 and lse = -INFINITY there, never "
                 "0/0 or -inf - -inf (NaN).")
 
-    # 2. overflow: non-finite output on rows with keys, where the true lse is above float32's exp range.
+    # 2. overflow: non-finite output on rows with keys, where the true lse is above float32's exp range
+    # (exp of a score or of a split's lse past 88.7 is inf): nearly every such row must show it.
     rl = ctx.ref["lse"]
     finite_rows = ~empty[:, None] & np.ones_like(bad)
     if (nonfinite & finite_rows).any():
         top = float(np.max(rl[np.isfinite(rl)], initial=-np.inf))
-        if top > 80:
+        with np.errstate(invalid="ignore"):
+            high = finite_rows & (rl > 88.7)
+        if top > 80 and (nonfinite & finite_rows & ~high).sum() == 0 and (nonfinite & high).sum() >= 0.9 * high.sum():
             return (f"overflow: Inf/NaN where the answer is finite, on rows whose lse reaches {top:.0f}. "
                     "expf(x) is inf in float32 for x > 88.7, so exp(lse_s) of a split overflows. Subtract "
                     "the max first: in the combine, weights are exp(lse_s - max_s lse_s) (the largest is 1), "
@@ -307,7 +320,7 @@ def decode_diagnose(ctx, kv_cache_fn) -> str | None:
     # 3. the scale argument ignored: the output matches 1/sqrt(d) where the case passes another scale.
     d, given = ctx.inputs["q"].shape[-1], ctx.inputs["scale"]
     if abs(given - 1.0 / math.sqrt(d)) > 1e-6 * given and (~empty).any():
-        k, v = kv_cache_fn(ctx)
+        k, v = kv_cache_fn(ctx, lens)
         alt_o, _ = R.decode_attention(ctx.inputs["q"], k, v, lens, 1.0 / math.sqrt(d))
         if close(o[~empty], alt_o[~empty]):
             return (f"the kernel ignores its scale argument: the output matches scale = 1/sqrt(d) = "
@@ -317,7 +330,7 @@ def decode_diagnose(ctx, kv_cache_fn) -> str | None:
     # 4. GQA: some query heads read the wrong kv head.
     H, Hkv = p["H"], p["Hkv"]
     if H != Hkv and bad.any():
-        k, v = kv_cache_fn(ctx)
+        k, v = kv_cache_fn(ctx, lens)
         q, scale = ctx.inputs["q"], ctx.inputs["scale"]
         group = H // Hkv
         for b, h in zip(*np.nonzero(bad & ~empty[:, None])):
@@ -336,8 +349,38 @@ def decode_diagnose(ctx, kv_cache_fn) -> str | None:
                     f"(H = {H}, Hkv = {Hkv}). Every one of the H / Hkv = {group} heads of the group "
                     "must be computed and written, each with its own q.")
 
-    # 5. splits and the combine: correct for short contexts, wrong for long ones.
+    # 5. lse in log2 units, a key too many or too few: replayed on the rows with keys.
     live = ~empty
+    if live.any() and not nonfinite[live].any():
+        rows = np.flatnonzero(live)
+        sub_ctx = _rows_of(ctx, rows)
+        if matches(sub_ctx, lse=ctx.ref["lse"][rows] / math.log(2.0)):
+            return ("lse is in log2 units: the output matches lse / ln 2. A split's partial lse is "
+                    "(m + log2(l)) · ln 2 when m comes from exp2 scores; without the factor ln 2 the "
+                    "combine weighs the splits wrongly and the final lse is off by 1/ln 2.")
+        for delta, what in ((1, "one key too many: key context_lens[b], past the end of the context, "
+                                "is counted (a loop bound or guard with <= where < is due)"),
+                            (-1, "one key too few: the last key of each context, context_lens[b] - 1, "
+                                 "is left out (a bound one short: < end - 1, or <= where < ... is due)")):
+            alt_lens = np.where(live, lens + delta, 0)
+            k, v = kv_cache_fn(ctx, alt_lens)
+            if k.shape[2] < alt_lens.max():
+                continue
+            alt_o, alt_lse = R.decode_attention(ctx.inputs["q"], k, v, alt_lens, ctx.inputs["scale"])
+            if matches(sub_ctx, o=alt_o[rows]):
+                return f"each sequence attends to {what}."
+
+    # 6. the weights the kernel applied, where they can be read back (contexts shorter than d).
+    cause = decode_shape_cause(ctx, kv_cache_fn)
+    if cause:
+        return cause
+
+    # 7. the combine with the exponent of its weights flipped, for the split sizes a launch may pick.
+    cause = combine_sign_cause(ctx, kv_cache_fn)
+    if cause:
+        return cause
+
+    # 8. splits and the combine: correct for short contexts, wrong for long ones.
     if bad_seq[live].any() and (~bad_seq & live).any():
         ok_max = int(lens[~bad_seq & live].max())
         bad_min = int(lens[bad_seq & live].min())
@@ -353,3 +396,44 @@ def decode_diagnose(ctx, kv_cache_fn) -> str | None:
                 "(each split weighted by exp(lse_s - lse_max), divided by the sum of the weights, "
                 "lse = lse_max + log(sum)) and that each split's partial output is normalised by its own l.")
     return None
+
+
+def decode_shape_cause(ctx, kv_cache_fn) -> str | None:
+    """The weights the kernel applied, read back from its output (attention/weights.py)."""
+    from . import weights
+    lens = np.asarray(ctx.inputs["context_lens"])
+    k, v = kv_cache_fn(ctx, lens + 1)
+    return weights.cause(weights.decode_rows(ctx, k, v, lens))
+
+
+def combine_sign_cause(ctx, kv_cache_fn) -> str | None:
+    """The combine weighting split s by exp(lse_max - lse_s) instead of exp(lse_s - lse_max)."""
+    lens = np.asarray(ctx.inputs["context_lens"])
+    if not lens.any() or not np.isfinite(ctx.out["o"]).all():
+        return None
+    k, v = kv_cache_fn(ctx, lens)
+    table = ctx.inputs.get("block_table")          # a paged cache's capacity: max_pages · page_size
+    L = np.shape(table)[1] * ctx.inputs["k_pages"].shape[1] if table is not None else k.shape[2]
+    forced = ctx.params.get("num_splits")
+    counts = [forced] if forced else range(2, min(L, 64) + 1)
+    for chunk in sorted({max(1, -(-L // n)) for n in counts}, reverse=True):
+        o_part, lse_part = R.decode_partials(ctx.inputs["q"], k, v, lens, chunk, ctx.inputs["scale"])
+        if not (np.isfinite(lse_part).sum(axis=-1) > 1).any():
+            continue                                   # one split per sequence: nothing to weigh
+        flipped = np.where(np.isfinite(lse_part), -lse_part, -np.inf)
+        o_alt, _ = R.combine_partials(o_part, flipped)
+        if matches(ctx, o=o_alt):
+            return (f"the combine weighs the splits by exp(lse_max - lse_s), the exponent's sign flipped "
+                    f"(the output matches it with splits of {chunk} keys): split s's weight is "
+                    "exp(lse_s - lse_max) <= 1, the largest split weighing 1.")
+    return None
+
+
+def _rows_of(ctx, rows):
+    """A view of a decode context restricted to some batch entries (outputs, reference, comparisons)."""
+    from ..engine.compare import compare
+    from ..engine.diagnose import Context
+    out = {k: np.asarray(x)[rows] for k, x in ctx.out.items()}
+    ref = {k: np.asarray(x)[rows] for k, x in ctx.ref.items()}
+    cmp = {k: compare(k, out[k], ref[k], 2e-5, 2e-4) for k in ref}
+    return Context(ctx.exercise, ctx.params, ctx.inputs, ref, out, cmp, ctx.config)

@@ -1,7 +1,7 @@
 """Likely causes, read from the shape of the error. Generic ones here; tasks add their own."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -16,11 +16,31 @@ class Context:
     ref: dict                  # float64 reference outputs
     out: dict                  # NumPy outputs of the student's kernel
     cmp: dict                  # name -> Comparison
+    config: dict = field(default_factory=dict)   # the checked file's CONFIG (its tile sizes), if any
 
 
 def _rows(mask: np.ndarray) -> np.ndarray:
     """Collapse the last axis: which rows hold at least one flagged element."""
     return mask.reshape(-1, mask.shape[-1]).any(axis=1) if mask.ndim >= 2 else mask
+
+
+def _overflow_rows(name: str, bad: np.ndarray, lse_ref) -> bool:
+    """Are the non-finite rows the rows whose exponentials can overflow (lse above 88.7), and nearly
+    all of those? A bug that strikes a few rows of a large-score case is not overflow."""
+    rows = bad.reshape(-1) if name == "lse" else bad.reshape(-1, bad.shape[-1]).any(axis=1)
+    high = np.asarray(lse_ref, np.float64).reshape(-1)
+    if rows.size != high.size:
+        return True                               # shapes do not line up: keep the case-level rule
+    with np.errstate(invalid="ignore"):
+        high = high > 88.7
+    return not (rows & ~high).any() and rows.sum() >= 0.9 * high.sum()
+
+
+def _small_scores(ctx: Context) -> str:
+    """' and the scores are small' when no exponential of this case can overflow float32."""
+    lse = np.asarray(ctx.ref.get("lse", np.zeros(0)), np.float64)
+    top = float(lse[np.isfinite(lse)].max(initial=-np.inf))
+    return " and the scores are small" if top <= 80 else ""
 
 
 def overflow(ctx: Context) -> str | None:
@@ -33,18 +53,40 @@ def overflow(ctx: Context) -> str | None:
         got = np.asarray(ctx.out[name], np.float64)
         if not c.bad_nonfinite.any():
             continue
-        if top is not None and top > 80:
+        if top is not None and top > 80 and _overflow_rows(name, c.bad_nonfinite, lse_ref):
             return (f"{name} holds inf/NaN where the answer is finite, and this case has large scores "
                     f"(the lse reaches {top:.0f}). expf(x) overflows to inf for x > 88.7, and inf/inf is "
                     "NaN: subtract the running max before exponentiating (exp(x - m)), so every exponent "
                     "is <= 0.")
         if np.isposinf(got[c.bad_nonfinite]).any():
-            scores = f" (the lse is at most {top:.1f})" if top is not None else ""
             first = tuple(int(i) for i in np.argwhere(c.bad_nonfinite & np.isposinf(got))[0])
-            return (f"{name} holds +inf where the answer is finite, first at {name}{list(first)}, although "
-                    f"this case's scores are small{scores}, so expf cannot have overflowed. Look for a "
-                    "division by a sum that stayed 0 (a loop that skipped its keys or elements) or a value "
-                    "read from memory that was never written.")
+            why = (f"although this case's scores are small (the lse is at most {top:.1f}), so expf "
+                   "cannot have overflowed" if top is not None and top <= 80 else
+                   "on rows that are not the ones whose exponentials could overflow")
+            return (f"{name} holds +inf where the answer is finite, first at {name}{list(first)}, {why}. Look for a "
+                    "division by a sum that stayed 0 in some thread: a loop that skipped its keys or "
+                    "elements, or a sum reduced across lanes that did not reach that lane (a butterfly of "
+                    "__shfl_xor_sync reaches all of them); or for a value read from memory that was "
+                    "never written.")
+    return None
+
+
+AXES = {0: ("batch entries", "b", "the batch offset (b · H · ...)"),
+        1: ("heads", "h", "the head offset (h · ...)")}
+
+
+def unwritten_pattern(name: str, unwritten: np.ndarray) -> str | None:
+    """When the unwritten elements are exactly the entries b >= 1 (or heads h >= 1) — every entry's
+    results landed on entry 0's place — the store's index lacks that axis's term."""
+    for axis, (what, letter, term) in AXES.items():
+        if unwritten.ndim < axis + 2 or unwritten.shape[axis] < 2:
+            continue
+        per = np.moveaxis(unwritten, axis, 0).reshape(unwritten.shape[axis], -1)
+        if per[0].any() or not per[1:].all():
+            continue
+        return (f"{name} was written for {letter} = 0 only: every element with {letter} >= 1 still holds "
+                f"the NaN the grader filled {name} with, so every one of its {what} stored its results "
+                f"in entry {letter} = 0's place. The store's index of {name} is missing {term}.")
     return None
 
 
@@ -55,6 +97,9 @@ def generic(ctx: Context) -> str | None:
     for name, c in ctx.cmp.items():
         got, want = np.asarray(ctx.out[name], np.float64), ctx.ref[name]
         if c.unwritten.any():
+            pattern = unwritten_pattern(name, c.unwritten)
+            if pattern:
+                return pattern
             first = tuple(int(i) for i in np.argwhere(c.unwritten)[0])
             return (f"{int(c.unwritten.sum())} of {c.unwritten.size} elements of {name} were never "
                     f"written (they still hold the NaN the grader filled {name} with), first at "
@@ -65,16 +110,31 @@ def generic(ctx: Context) -> str | None:
             nan_rows = _rows(computed & np.isnan(got))
             fine_rows = _rows(~np.isnan(got) & np.isfinite(want))
             full_rows = nan_rows & ~fine_rows
+            lse_ref = ctx.ref.get("lse")
+            keyless = (np.isneginf(np.asarray(lse_ref)).reshape(-1)
+                       if lse_ref is not None and name != "lse" and np.size(lse_ref) == full_rows.size
+                       else np.zeros(full_rows.size, bool))
+            if full_rows.any() and (full_rows & keyless).any():
+                return (f"whole rows of {name} are NaN ({int(full_rows.sum())} of {full_rows.size} rows), "
+                        "among them rows that see no key. Such a row's running max stays -INFINITY: "
+                        "expf(-inf - -inf) = NaN, and 0/0 when l = 0. Exponentiate against 0 while the "
+                        "max is -INFINITY, and write o = 0 and lse = -INFINITY when l = 0.")
             if full_rows.any() and full_rows.sum() == _rows(computed).sum():
-                return (f"whole rows of {name} are NaN ({int(full_rows.sum())} of {full_rows.size} rows). "
-                        "Typical cause: a row whose running max is still -INFINITY computes "
-                        "expf(-inf - -inf) = NaN, or 0/0 when l = 0. Guard the rescale and the final "
-                        "division for rows that have seen no key yet.")
+                return (f"whole rows of {name} are NaN ({int(full_rows.sum())} of {full_rows.size} rows), "
+                        "although each of them has keys and its answer is finite. A thread computed "
+                        "expf(-inf - -inf) = NaN with a max of -INFINITY, or 0/0 with a sum l of 0: the "
+                        "thread held no key of its own and did not receive the row's max or sum. A max "
+                        "or sum reduced across lanes must reach every lane that uses it (a butterfly of "
+                        "__shfl_xor_sync over all of them); and a state that has seen no key yet must "
+                        "not be rescaled with exp(m_old - m_new) unguarded.")
         if computed.any():
             first = tuple(int(i) for i in np.argwhere(computed)[0])
             return (f"the kernel computed NaN/inf in {int(computed.sum())} elements of {name}, first at "
-                    f"{name}{list(first)}. Typical causes: expf(-inf - -inf) for a row that has seen "
-                    "no key yet, 0/0 when l = 0, or expf overflowing without the max subtracted.")
+                    f"{name}{list(first)}, where the answer is finite{_small_scores(ctx)}. A thread "
+                    "used a max of -INFINITY (expf(-inf - -inf) = NaN) or a sum of 0 (x / 0): it held "
+                    "no key of its own and did not receive the row's max or sum — a max or sum reduced "
+                    "across lanes must reach every lane that uses it (a butterfly of __shfl_xor_sync) — "
+                    "or a state that has seen no key was rescaled or divided unguarded.")
         if np.isfinite(got).all() and not np.any(got) and np.any(want):
             return f"{name} is all zeros: the result is computed but never stored, or stored elsewhere."
         if got.ndim >= 2 and np.isfinite(got).all() and name != "lse":
@@ -114,7 +174,8 @@ def observed(ctx: Context) -> str | None:
             ok = [bool(np.all((np.abs(got[b] - want[b]) <= 1e-4 * max(1.0, float(np.nanmax(np.abs(
                 np.where(np.isfinite(want[b]), want[b], 0)), initial=0)))) | (got[b] == want[b])))
                   for b in range(B)]
-        if ok[0] and not any(ok[1:]):
+        trivial = not np.any(np.where(np.isfinite(want[0]), want[0], 0.0))   # nothing to get right
+        if ok[0] and not trivial and not any(ok[1:]):
             return (f"batch entry b = 0 of {name} is right and every b >= 1 is wrong: look at the batch "
                     "term of your indices (the offset b · H · ... of q, o and lse, b · Hkv · ... of k and v, "
                     "or the batch's row of a table).")

@@ -256,14 +256,18 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     if not failing:
         res.passed = True
         return res
-    ctx = dg.Context(ex, case.params, inputs, ref, out, cmps)
-    cause = None
-    if hasattr(task, "diagnose"):
-        cause = task.diagnose(ctx)
-    cause = cause or dg.generic(ctx) or dg.observed(ctx)
+    config = getattr(fn, "__globals__", {}).get("CONFIG")
+    ctx = dg.Context(ex, case.params, inputs, ref, out, cmps, config if isinstance(config, dict) else {})
     c = failing[0]
     lines = [f"{c.name}: {c.reason}.", f"worst element: {c.where()}."]
     lines += [f"{o.name}: {o.reason}." for o in failing[1:]]
+    try:
+        cause = (task.diagnose(ctx) if hasattr(task, "diagnose") else None) or dg.generic(ctx) or dg.observed(ctx)
+    except Exception as e:        # the verdict above stands; the explanation failed, loudly
+        cause = None
+        lines.append(f"(the grader failed while explaining this error — a bug in the grader, please report "
+                     f"it: {type(e).__name__}: {e} at {traceback.extract_tb(e.__traceback__)[-1].filename}:"
+                     f"{traceback.extract_tb(e.__traceback__)[-1].lineno})")
     if cause:
         lines.append(f"likely cause: {cause}")
     elif getattr(rt, "name", "") == "gpu":

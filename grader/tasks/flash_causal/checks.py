@@ -8,7 +8,7 @@ loop over key tiles that stops too early) and the bugs of module 02.
 from __future__ import annotations
 
 from ...attention import references as R
-from ...attention import replays
+from ...attention import replays, weights
 from ...attention.calls import prefill_call, prefill_reference
 from ...attention.inputs import attention_inputs, attention_shapes
 from ...spec import F32, Case
@@ -39,4 +39,4 @@ def diagnose(ctx) -> str | None:
     visible = R.causal_mask(n_q, n_k)
     return (replays.empty_row_cause(ctx) or replays.mask_causes(ctx, s, v)
             or replays.output_causes(ctx, s, v, visible) or replays.tile_bug_causes(ctx, s, v, visible)
-            or replays.setup_causes(ctx, visible))
+            or replays.setup_causes(ctx, visible) or weights.cause(weights.prefill_rows(ctx, s, v, visible)))

@@ -5,7 +5,7 @@ The diagnosis replays the usual bugs in float64 (a missing bounds mask, a missin
 """
 from __future__ import annotations
 
-from ...attention import replays
+from ...attention import replays, weights
 from ...attention.calls import prefill_call, prefill_reference
 from ...attention.inputs import attention_inputs, attention_shapes
 from ...spec import F32, Case
@@ -28,4 +28,4 @@ def reference(inputs, p):
 def diagnose(ctx) -> str | None:
     s, v = replays.scores(ctx.inputs)
     return (replays.output_causes(ctx, s, v) or replays.tile_bug_causes(ctx, s, v)
-            or replays.setup_causes(ctx))
+            or replays.setup_causes(ctx) or weights.cause(weights.prefill_rows(ctx, s, v)))

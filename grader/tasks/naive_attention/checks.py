@@ -1,7 +1,7 @@
 """Checks for 00_naive_attention: attention with GQA, no mask, materialised scores."""
 from __future__ import annotations
 
-from ...attention import replays
+from ...attention import replays, weights
 from ...attention.calls import prefill_call, prefill_reference
 from ...attention.inputs import attention_inputs, attention_shapes
 from ...spec import F32, Case
@@ -25,4 +25,5 @@ def diagnose(ctx):
     # The same replayed bugs as FlashAttention's, minus the tiling: a forgotten 1/l, lse's units,
     # the GQA head mapping, the scale.
     s, v = replays.scores(ctx.inputs)
-    return replays.output_causes(ctx, s, v) or replays.setup_causes(ctx)
+    return (replays.output_causes(ctx, s, v) or replays.setup_causes(ctx)
+            or weights.cause(weights.prefill_rows(ctx, s, v)))

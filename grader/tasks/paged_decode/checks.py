@@ -81,10 +81,14 @@ def call(fn, rt, inputs, p):
 
 # ---- diagnosis -------------------------------------------------------------------------------------
 
-def _gathered(ctx):
+def _gathered(ctx, lens):
+    """The first lens[b] keys of each sequence through its block table (as far as its pages go)."""
     i = ctx.inputs
-    return (R.gather_pages(i["k_pages"], i["block_table"], i["context_lens"]),
-            R.gather_pages(i["v_pages"], i["block_table"], i["context_lens"]))
+    table = np.asarray(i["block_table"])
+    reach = np.array([int(np.sum(table[b] >= 0)) for b in range(len(table))]) * i["k_pages"].shape[1]
+    lens = np.minimum(lens, reach)
+    L = max(int(lens.max(initial=0)), int(np.max(i["context_lens"], initial=0)))
+    return (R.gather_pages(i["k_pages"], table, lens, L), R.gather_pages(i["v_pages"], table, lens, L))
 
 
 def _matches(ctx, k_pages, v_pages, block_table) -> bool:

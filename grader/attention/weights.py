@@ -1,0 +1,237 @@
+"""The weights a kernel really applied, read back from its output.
+
+Attention's output row is a weighted sum of the value rows the query sees, o = sum_j p_j v_j, with
+p = softmax(s). When a row sees fewer keys than it has features (n < d), the value rows are linearly
+independent and the weights the kernel applied can be solved for exactly from its o: w = argmin
+|V^T w - o|. Comparing w with the true p tells a class of bug from its shape, whatever line of code
+holds it:
+
+    w = c p, c != 1          the weights are right but divided by the wrong sum (l, or 1/l missing)
+    w falls as s rises       an exponent's sign is flipped (exp(m - s) where exp(s - m) is due)
+    w / p piecewise constant partial results (threads, warps, splits) merged with different factors
+    o outside span(V)        o holds a value row the query does not see (one key past the end?)
+
+And, before the weights, the columns: when o's columns in one row are the right answer times
+different factors, the threads that share the row divided by different sums.
+
+A `Row` is one failing output row with what it sees; `cause(rows)` reads the rows and returns a
+sentence for the student, or None when no shape is clear (then the engine says what it observed).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+TOL = 1e-4          # float32 outputs agree with a float64 replay to ~1e-6; bugs differ by far more
+
+
+@dataclass
+class Row:
+    where: str                  # e.g. "o[0, 1, 2]"
+    o: np.ndarray               # [d] the kernel's output row
+    o_ref: np.ndarray           # [d] the reference
+    s: np.ndarray | None        # [n] the scaled scores of the keys the row sees (None: no weights)
+    v: np.ndarray | None        # [n, d] their value rows
+    next_v: np.ndarray | None = None   # the value row of the first key past the visible ones
+    next_index: int | None = None      # ... and its key index
+
+
+def _levels(r: np.ndarray, rtol: float = 1e-3) -> list[float]:
+    """The distinct values of r, up to rtol."""
+    out: list[float] = []
+    for x in np.sort(r):
+        if not out or abs(x - out[-1]) > rtol * max(abs(out[-1]), 1e-30):
+            out.append(float(x))
+    return out
+
+
+def softmax(s: np.ndarray) -> np.ndarray:
+    p = np.exp(s - s.max())
+    return p / p.sum()
+
+
+def column_kind(o: np.ndarray, o_ref: np.ndarray) -> tuple[str, object] | None:
+    """Per column ratio o / o_ref: one factor for the row ("row_factor"), a few factors shared by
+    groups of columns ("column_groups"), or None (no such shape)."""
+    big = np.abs(o_ref) > 1e-2 * np.abs(o_ref).max(initial=0)
+    if big.sum() < 4:
+        return None
+    ratio = o[big] / o_ref[big]
+    levels = _levels(ratio)
+    if len(levels) == 1:
+        return ("row_factor", levels[0]) if abs(levels[0] - 1) > 10 * TOL else ("ok", None)
+    counts = Counter(min(levels, key=lambda lv: abs(lv - x)) for x in ratio)
+    if 2 <= len(levels) <= big.sum() // 2 and min(counts.values()) >= 2:
+        right = [int(c) for c in np.flatnonzero(big)[np.abs(ratio - 1) < 10 * TOL]]
+        return "column_groups", (len(levels), right)
+    return None
+
+
+def weight_kind(row: Row) -> tuple[str, object] | None:
+    """Solve for the weights the kernel applied and compare them with softmax(s)."""
+    if row.s is None or row.v is None:
+        return None
+    n, d = row.v.shape
+    if n == 0 or n >= d:
+        return "unidentifiable", None      # as many keys as features: w is not determined by o
+    norm = max(float(np.linalg.norm(row.o)), 1e-30)
+    w, *_ = np.linalg.lstsq(row.v.T, row.o, rcond=None)
+    if np.linalg.norm(row.v.T @ w - row.o) > TOL * norm:
+        if row.next_v is not None:
+            v2 = np.vstack([row.v, row.next_v])
+            w2, *_ = np.linalg.lstsq(v2.T, row.o, rcond=None)
+            if np.linalg.norm(v2.T @ w2 - row.o) <= TOL * norm and abs(w2[-1]) > 10 * TOL:
+                return "extra_key", row.next_index
+        return "outside", None
+    p = softmax(row.s)
+    if n >= 2 and (w > 0).all() and np.ptp(row.s) > 1e-3:
+        slope = np.polyfit(row.s, np.log(w), 1)[0]
+        if slope < -0.5:
+            return "sign", None
+    keep = p > 1e-6
+    if keep.sum() < 2:
+        return None
+    levels = _levels(w[keep] / p[keep])
+    if len(levels) == 1:
+        return ("row_factor", levels[0]) if abs(levels[0] - 1) > 10 * TOL else ("ok", None)
+    if len(levels) <= keep.sum() // 2:     # few groups, not a coincidence of two ratios
+        return "groups", len(levels)
+    return None
+
+
+def row_kind(row: Row):
+    if not (np.isfinite(row.o).all() and np.isfinite(row.o_ref).all()) or not row.o.any():
+        return None             # non-finite or all-zero rows: the engine's generic checks say what they are
+    kind = column_kind(row.o, row.o_ref)
+    if kind and kind[0] == "column_groups":
+        return kind
+    return weight_kind(row) or kind
+
+
+MESSAGES = {
+    "row_factor": (
+        "each failing row of {out} is the right answer times its own factor (in {where}: {info:.4g}): "
+        "the weights are right relative to each other but not divided by their own sum. Either the final "
+        "division by l is missing or wrong, or l counts a key that P·V does not (a key past the last "
+        "one or a padded key: a bound or mask one off), or misses one."),
+    "column_groups": (
+        "within a row of {out}, groups of columns are the right answer times different factors (in "
+        "{where}: {info[0]} groups{right}): the threads that share a row divided their columns by "
+        "different sums l, or rescaled them by different maxima. A max or sum combined across lanes must "
+        "reach every lane that shares the row: a butterfly of __shfl_xor_sync over all of them, not "
+        "__shfl_down_sync (which leaves the total in the first lane only) nor a butterfly that starts "
+        "at too small an offset."),
+    "groups": (
+        "the keys of a row fall into groups, each weighted right within itself, but the groups are "
+        "weighted against each other wrongly (in {where}: {info} groups): partial results (of threads, "
+        "warps or splits) were merged with the wrong factors. Each part must be rescaled by "
+        "exp(m_part - m) <= 1, with m the row's one final max (check that exponent's sign), and a max "
+        "or sum reduced with shuffles must reach every lane involved (a __shfl_xor_sync butterfly)."),
+    "sign": (
+        "the weights fall as the scores rise (in {where}, the kernel's weight of each key shrinks as "
+        "its score grows): an exponent's sign is flipped. The softmax weight is exp(s - m) <= 1, not "
+        "exp(m - s)."),
+    "softmax_factor": (
+        "each failing row of {out} is the right answer times its own factor (in {where}: {info:.4g}): "
+        "the exponentials are right relative to each other but divided by the wrong sum l. l counts an "
+        "element the row does not have (a loop that reads one past the row's end: a bound with <= "
+        "where < is due) or misses some, or l was not rescaled by exp(m_old - m_new) when the max grew."),
+    "extra_key": (
+        "{out} includes the value row of key {info}, one past the last key the row sees (in {where}): "
+        "a loop bound or a guard goes one key too far (<= where < is due)."),
+}
+
+
+def cause(rows: list[Row], out: str = "o", limit: int = 48) -> str | None:
+    """The shape most failing rows share, as a sentence; None if there is no clear one."""
+    kinds = []
+    for row in rows[:limit]:
+        k = row_kind(row)
+        if k is None:
+            return None                  # a row of no known shape: say what was seen, do not guess
+        if k[0] not in ("ok", "unidentifiable"):
+            kinds.append((k, row))
+    if not kinds:
+        return None
+    top, _ = Counter(k[0] for k, _ in kinds).most_common(1)[0]
+    if top not in MESSAGES or sum(k[0] == top for k, _ in kinds) < 0.75 * len(kinds):
+        return None
+    (name, info), row = next((k, r) for k, r in kinds if k[0] == top)
+    right = ""
+    if name == "column_groups":
+        right = f", columns {info[1][:8]} right" if info[1] else ", none of them right"
+    return MESSAGES[name].format(out=out, where=row.where, info=info, right=right)
+
+
+# ---- the rows of each kind of module ----------------------------------------------------------
+
+def bad_rows(ctx, name: str = "o") -> list[tuple]:
+    """The indices (all but the last axis) of the rows of ctx.out[name] that are wrong."""
+    got, want = np.asarray(ctx.out[name], np.float64), np.asarray(ctx.ref[name], np.float64)
+    scale = max(float(np.abs(want[np.isfinite(want)]).max(initial=0)), 1e-6)
+    with np.errstate(invalid="ignore"):
+        bad = ~((np.abs(got - want) <= 1e-4 * scale) | (got == want)).all(axis=-1)
+    return [tuple(int(i) for i in idx) for idx in np.argwhere(bad)]
+
+
+def prefill_rows(ctx, s, v, visible=None) -> list[Row]:
+    """s [B, H, Nq, Nk] scaled scores, v [B, H, Nk, d] (expanded to query heads), visible [Nq, Nk]."""
+    o, ref = np.asarray(ctx.out["o"], np.float64), ctx.ref["o"]
+    rows = []
+    for b, h, i in bad_rows(ctx):
+        vis = np.ones(s.shape[-1], bool) if visible is None else np.asarray(visible[i], bool)
+        keys = np.flatnonzero(vis)
+        nxt = int(keys[-1]) + 1 if keys.size else None
+        has_next = nxt is not None and nxt < s.shape[-1]
+        rows.append(Row(f"o[{b}, {h}, {i}]", o[b, h, i], ref[b, h, i], s[b, h, i, keys], v[b, h, keys],
+                        v[b, h, nxt] if has_next else None, nxt if has_next else None))
+    return rows
+
+
+def decode_rows(ctx, k, v, lens) -> list[Row]:
+    """k, v [B, Hkv, L, d] the contiguous cache (L may exceed the context: the next key's row)."""
+    q, scale = np.asarray(ctx.inputs["q"], np.float64), ctx.inputs["scale"]
+    o, ref = np.asarray(ctx.out["o"], np.float64), ctx.ref["o"]
+    H, Hkv = q.shape[1], k.shape[1]
+    rows = []
+    for b, h in bad_rows(ctx):
+        n, g = int(lens[b]), h // (H // Hkv)
+        s = scale * (np.asarray(k[b, g, :n], np.float64) @ q[b, h])
+        has_next = n < k.shape[2]
+        rows.append(Row(f"o[{b}, {h}]", o[b, h], ref[b, h], s, np.asarray(v[b, g, :n], np.float64),
+                        np.asarray(v[b, g, n], np.float64) if has_next else None, n if has_next else None))
+    return rows
+
+
+def softmax_rows_cause(ctx, x, y_name: str = "y") -> str | None:
+    """Module 01: the output is the weights themselves (y = softmax(x) per row)."""
+    y, ref = np.asarray(ctx.out[y_name], np.float64), ctx.ref[y_name]
+    if not np.isfinite(y).all():
+        return None
+    kinds = []
+    for idx in bad_rows(ctx, y_name):
+        keep = ref[idx] > 1e-6
+        if not keep.any():
+            continue
+        w, p, s = y[idx][keep], ref[idx][keep], x[idx][keep]
+        if not y[idx].any():
+            return None                  # an all-zero row: the engine's generic checks name it
+        if (w > 0).all() and np.ptp(s) > 1e-3 and np.polyfit(s, np.log(w), 1)[0] < -0.5:
+            kinds.append(("sign", None, idx))
+            continue
+        levels = _levels(w / p)
+        if len(levels) == 1 and abs(levels[0] - 1) > 10 * TOL:
+            kinds.append(("softmax_factor", levels[0], idx))
+        elif 1 < len(levels) <= keep.sum() // 2:
+            kinds.append(("groups", len(levels), idx))
+        else:
+            return None
+    if not kinds:
+        return None
+    top, count = Counter(k for k, _, _ in kinds).most_common(1)[0]
+    if count < 0.75 * len(kinds):
+        return None
+    _, info, idx = next(k for k in kinds if k[0] == top)
+    return MESSAGES[top].format(out=y_name, where=f"{y_name}{list(idx)}", info=info, right="")
