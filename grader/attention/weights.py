@@ -114,8 +114,9 @@ MESSAGES = {
     "row_factor": (
         "each failing row of {out} is the right answer times its own factor (in {where}: {info:.4g}): "
         "the weights are right relative to each other but not divided by their own sum. Either the final "
-        "division by l is missing or wrong, or l counts a key that P·V does not (a key past the last "
-        "one or a padded key: a bound or mask one off), or misses one."),
+        "division by l is missing, or l is not the sum of the weights P·V uses: it counts a key that "
+        "P·V does not (a key past the last one or a padded key: a bound or mask one off) or misses "
+        "one, or its terms are not the same exp(s - m) (check the exponent's sign there)."),
     "column_groups": (
         "within a row of {out}, groups of columns are the right answer times different factors (in "
         "{where}: {info[0]} groups{right}): the threads that share a row divided their columns by "
