@@ -1,8 +1,13 @@
 """The CPU runtime: runs the course's CUDA kernels, unchanged, on a machine without a GPU.
 
 How a kernel gets here (runtime.py, build.py, nvrtc.py):
-  1. Unsupported features (inline PTX, cp.async, clusters, grid sync, textures, dynamic
-     parallelism, wmma) are refused with the student's line.
+  1. Unsupported features (clusters, grid sync, textures, dynamic parallelism, wmma,
+     __pipeline_* / memcpy_async, inline PTX outside the subset below) are refused with the
+     student's line. Inline PTX (ptx.py) runs the subset tensor-core kernels use: mma.sync
+     m16n8k16 / m16n8k8 (f16, bf16 -> f32), ldmatrix m8n8 x1/x2/x4 (.trans), cp.async with
+     commit_group / wait_group / wait_all, cvta.to.shared, and register packing (mov.b32, cvt.rn
+     .f16x2.f32 ...); each asm statement becomes calls into csrc/emu/mma.h and async_copy.h on the
+     same line.
   2. NVRTC, when installed, compiles the exact source a GPU would get, so the student sees the
      real CUDA compiler's errors (`nvrtc_status()` says whether it is there).
   3. The host C++ compiler builds it against csrc/cuda_emu.h, our own stand-in for CUDA's
@@ -18,6 +23,22 @@ How a launch runs (csrc/emu_runtime.cpp):
     GRADER_CPU_UCONTEXT=1).
   - __shared__ variables are statics in a section of their own, dynamic shared memory is a
     guarded buffer; both are filled with a signalling NaN at the start of every block.
+
+Inline PTX semantics (csrc/emu/mma.h, async_copy.h, emu_runtime.cpp):
+  - mma.sync and ldmatrix are warp collectives: the 32 lanes must all arrive at the same
+    instruction (a lane that returned or took another branch is a fault naming the lines); the
+    last to arrive computes for all with the ISA's fragment layouts. Products are exact and summed
+    in float32 in k order (a GPU may round the sum differently in the last bits).
+  - Shared addresses (__cvta_generic_to_shared, cvta.to.shared) are a window of their own: static
+    __shared__ variables from 0x10000 (host address kept modulo 128), dynamic shared memory from
+    0x40000, unmapped around both; ldmatrix and cp.async fault with the line on an address outside
+    shared memory or misaligned (16 bytes for an ldmatrix row, the copy size for cp.async). The
+    static part covers every kernel's __shared__ variables of the module, as they share a section.
+  - cp.async reads its source when issued (a bad source faults at its line), fills its destination
+    with CUDAEMU_ASYNC_POISON32 (NaN as half, bfloat16 and float) and writes it when a wait of the
+    issuing thread covers its group: wait_group N completes all but the N most recent committed
+    groups, wait_all everything (uncommitted copies too); a thread's leftovers complete when it
+    ends. An ldmatrix of a row still in flight is a fault naming both lines.
 
 What it finds, each reported as KernelFault with file:line, block and thread (the C side fills
 in a fault record whose kinds and fields csrc/cudaemu_abi.h defines for both languages, abi.py

@@ -71,7 +71,7 @@ FAULT_KINDS: dict[str, int] = _parse_kinds(_TEXT)
 # The kinds this package names. The header may add more (reported with the runtime's own text);
 # it may not lose one of these.
 _NEEDED = ("SEGV", "BUS", "FPE", "ILL", "BARRIER", "WARP", "DEADLOCK", "TRAP", "LIVELOCK",
-           "INTERRUPT", "STACK", "SETUP")
+           "INTERRUPT", "STACK", "SETUP", "PTX")
 _missing = [k for k in _NEEDED if k not in FAULT_KINDS]
 if _missing:
     raise AbiMismatch(f"{ABI_HEADER}: CUDAEMU_FAULT_KINDS lacks {', '.join(_missing)}")
@@ -90,6 +90,7 @@ F_LIVELOCK = FAULT_KINDS["LIVELOCK"]
 F_INTERRUPT = FAULT_KINDS["INTERRUPT"]
 F_STACK = FAULT_KINDS["STACK"]
 F_SETUP = FAULT_KINDS["SETUP"]
+F_PTX = FAULT_KINDS["PTX"]
 
 POISON32 = _parse_define(_TEXT, "CUDAEMU_POISON32")
 # The shared-memory poison as it arrives in a float64 output: the float NaN widened to double

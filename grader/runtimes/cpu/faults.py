@@ -8,12 +8,14 @@ position, type and name, and the usual cause, because they are what a student re
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 
 from ..base import KernelFault
 from .abi import F_BUS, F_FPE, F_ILL, F_INTERRUPT, F_SEGV, F_SETUP, F_STACK, FaultRecord
-from .symbols import source_line
+from .build import origin
+from .symbols import callers, source_line
 
 
 def _argument(kernel, args, arg_slot, slot):
@@ -34,16 +36,28 @@ def launch_fault(kernel, rec: FaultRecord, args, arg_slot, bufs, smem, shared_me
            f"({rec.thread[0]},{rec.thread[1]},{rec.thread[2]})")
     file = rec.file.decode(errors="replace")
     text = rec.text.decode(errors="replace")
-    if rec.kind in (F_SEGV, F_BUS, F_FPE, F_ILL, F_STACK, F_INTERRUPT):
+    kind = rec.kind
+    if kind == F_STACK and any(b.locate(rec.addr) is not None
+                               for b in [*bufs, *([smem] if smem is not None else [])]):
+        # The runtime counts a fault just below a fiber's stack as an overflow; one in the guard
+        # of an argument (mapped there by chance) is an out-of-bounds access.
+        kind = F_SEGV
+    via = ""
+    if kind in (F_SEGV, F_BUS, F_FPE, F_ILL, F_STACK, F_INTERRUPT):
         place = source_line(rec, module.student_file)
     else:
         place = f"{file}:{rec.line}" if file and rec.line > 0 else None
+        if place and os.path.basename(file) == os.path.basename(module.student_file):
+            up = [c for c in callers(rec, module.student_file, rec.line)
+                  if not _is_definition(module, int(c.rsplit(":", 1)[1]))]
+            if up:
+                via = f" (in a function called from {', then '.join(up)})"
     if rec.kind == F_INTERRUPT:
         return KeyboardInterrupt(f"{kernel.name} interrupted at {place or 'an unknown line'}, "
                                  f"in {who}{what}")
-    if rec.kind in (F_SEGV, F_BUS):
+    if kind in (F_SEGV, F_BUS):
         msg = _describe_access(kernel, rec, args, arg_slot, bufs, smem, shared_mem)
-    elif rec.kind == F_STACK:
+    elif kind == F_STACK:
         kb = int(os.environ.get("GRADER_CPU_STACK_KB") or 128)
         msg = (f"a thread overflowed its stack ({kb} KB in the emulator): per-thread local "
                "arrays that large do not fit in registers on a GPU either and spill to slow "
@@ -61,10 +75,19 @@ def launch_fault(kernel, rec: FaultRecord, args, arg_slot, bufs, smem, shared_me
         msg = f"the emulator could not start the launch: {text}"
     else:
         msg = text
-    fault = KernelFault(f"{place or 'line unknown'}: {kernel.name}: {msg} ({who}){what}")
+    fault = KernelFault(f"{place or 'line unknown'}: {kernel.name}: {msg}{via} ({who}){what}")
     fault.place = place
     fault.fpe_invalid = rec.kind == F_FPE and rec.si_code == 7
     return fault
+
+
+def _is_definition(module, line: int) -> bool:
+    """Whether the student's ``line`` starts a function (line tables name it for inlined code)."""
+    source = getattr(module, "source", "") or ""
+    _, first = origin(source)
+    lines = source.split("\n")
+    k = line - first
+    return not 0 <= k < len(lines) or bool(re.search(r"\b__(?:global|device)__\b", lines[k]))
 
 
 def _describe_access(kernel, rec, args, arg_slot, bufs, smem, shared_mem) -> str:
@@ -121,10 +144,12 @@ def race_fault(kernel, args, arg_slot, slot, ref, got, idx, ndiff, sample, grid,
         f"— a data race. Running block(s) {blocks} with their threads {how} instead of "
         f"forward changed argument {i + 1} ({p.ctype} {p.name}) at index "
         f"{tuple(int(x) for x in where)}: {_num(ref.flat[idx])} became {_num(got.flat[idx])} "
-        f"({ndiff} element(s) differ). Some thread reads memory (usually a shared-memory "
-        "tile) that other threads write, without a __syncthreads() between the write and "
-        "the read; or a tile is overwritten for the next iteration before every thread has "
-        "finished reading it (a missing __syncthreads() at the end of the loop).")
+        f"({ndiff} element(s) differ). Some thread reads memory that another thread writes, "
+        "with no barrier between them. Either a __syncthreads() is missing: between writing "
+        "a shared-memory tile and reading it, or at the end of the loop, before the tile is "
+        "overwritten for the next iteration. Or an index reaches past the thread's own part "
+        "into a neighbour's: a loop bound one too far (<= where < is due) reads or writes the "
+        "first element of the next row or tile.")
 
 
 def canary_fault(kernel, args, arg_slot, slot, off, count) -> KernelFault:

@@ -47,14 +47,32 @@ def _is_array(a) -> bool:
     return isinstance(a, np.ndarray)
 
 
+try:  # NumPy has no bfloat16; ml_dtypes (from JAX) adds one, when it is installed
+    from ml_dtypes import bfloat16 as _ml_bfloat16
+    _BF16 = [np.uint16, _ml_bfloat16]
+except ImportError:
+    _ml_bfloat16 = None
+    _BF16 = [np.uint16]
+
 _POINTEE_DTYPES = {
     "float": [np.float32], "double": [np.float64], "int": [np.int32], "unsigned int": [np.uint32],
     "long long": [np.int64], "unsigned long long": [np.uint64], "int64_t": [np.int64],
     "uint64_t": [np.uint64], "short": [np.int16], "unsigned short": [np.uint16, np.float16],
     "char": [np.int8, np.uint8, np.bool_], "unsigned char": [np.uint8, np.int8, np.bool_],
-    "bool": [np.bool_, np.uint8], "__half": [np.float16], "float2": [np.float32],
-    "float4": [np.float32], "int2": [np.int32], "int4": [np.int32], "__half2": [np.float16],
+    "bool": [np.bool_, np.uint8], "__half": [np.float16], "half": [np.float16],
+    "float2": [np.float32], "float4": [np.float32], "int2": [np.int32], "int4": [np.int32],
+    "__half2": [np.float16], "half2": [np.float16],
+    # bfloat16: its bits in a uint16 array, or an ml_dtypes.bfloat16 array.
+    "__nv_bfloat16": _BF16, "nv_bfloat16": _BF16, "__nv_bfloat162": _BF16, "nv_bfloat162": _BF16,
 }
+
+_CONVERT_HINT = {
+    "__nv_bfloat16": "pass the bfloat16 bits as a uint16 array (x.astype(ml_dtypes.bfloat16)"
+                     ".view(np.uint16), or round float32 to the upper 16 bits yourself)"
+                     + (", or the ml_dtypes.bfloat16 array itself" if _ml_bfloat16 else ""),
+}
+_CONVERT_HINT.update({k: _CONVERT_HINT["__nv_bfloat16"]
+                      for k in ("nv_bfloat16", "__nv_bfloat162", "nv_bfloat162")})
 
 
 class CpuKernel:
@@ -141,10 +159,10 @@ class CpuKernel:
             pointee = p.ctype.rstrip("*").strip()
             ok = _POINTEE_DTYPES.get(pointee)
             if ok and a.dtype.type not in ok:
+                hint = _CONVERT_HINT.get(pointee, f"e.g. rt.asarray(x, '{np.dtype(ok[0]).name}')")
                 raise LaunchError(
                     f"{where} points to {pointee}, but the launch passed a {a.dtype} array: the "
-                    f"kernel would read its bytes as {pointee}. Convert it first, e.g. "
-                    f"rt.asarray(x, '{np.dtype(ok[0]).name}').")
+                    f"kernel would read its bytes as {pointee}. Convert it first: {hint}.")
 
 
 class CpuModule:
@@ -413,6 +431,10 @@ def _flush_printf(lib, discard: bool = False) -> None:
 def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind in "fc":
         return (a == b) | (np.isnan(a) & np.isnan(b))
+    if a.dtype.kind == "V" and a.dtype.itemsize in (1, 2, 4, 8):
+        # ml_dtypes' bfloat16 and friends: the same bits (NaN included) or not.
+        bits = np.dtype(f"u{a.dtype.itemsize}")
+        return a.view(bits) == b.view(bits)
     return a == b
 
 

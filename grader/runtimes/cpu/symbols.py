@@ -35,16 +35,15 @@ def addr2line(lib_path: str, offsets: list[int]) -> list[list[tuple[str, int]]]:
     return chains
 
 
-def source_line(rec: FaultRecord, student_file: str) -> str | None:
-    """'file:line' of the faulting instruction in the student's file, if it can be found."""
-    addrs = [rec.pc] + [a for a in [rec.sp_word, *rec.frames] if a]
+def _resolve(addrs: list[int], first_is_pc: bool):
+    """(places, found): the (library, offset) of each code address, and each one's source chain.
+    A return address points after its call: every address but a faulting pc steps back into it."""
     places = []
     for i, a in enumerate(addrs):
         info = DlInfo()
         if not libc.dladdr(ctypes.c_void_p(a), ctypes.byref(info)) or not info.dli_fname:
             continue
-        # A return address points after the call; step back into it.
-        places.append((info.dli_fname.decode(), a - (info.dli_fbase or 0) - (1 if i else 0)))
+        places.append((info.dli_fname.decode(), a - (info.dli_fbase or 0) - (0 if first_is_pc and i == 0 else 1)))
     by_lib: dict[str, list[int]] = {}
     for lib, off in places:
         by_lib.setdefault(lib, []).append(off)
@@ -52,8 +51,37 @@ def source_line(rec: FaultRecord, student_file: str) -> str | None:
     for lib, offs in by_lib.items():
         for off, chain in zip(offs, addr2line(lib, offs)):
             found[(lib, off)] = chain
+    return places, found
+
+
+def source_line(rec: FaultRecord, student_file: str) -> str | None:
+    """'file:line' of the faulting instruction in the student's file, if it can be found."""
+    places, found = _resolve([rec.pc] + [a for a in [rec.sp_word, *rec.frames] if a], first_is_pc=True)
     for lib, off in places:
         for f, line in found.get((lib, off), []):
             if os.path.basename(f) == os.path.basename(student_file) and line > 0:
                 return f"{student_file}:{line}"
     return None
+
+
+def callers(rec: FaultRecord, student_file: str, line: int) -> list[str]:
+    """For a fault the runtime reported at ``line`` of the student's file (a warp collective, an
+    inline-PTX instruction, an assert): the student's lines that called the function holding it,
+    innermost first, from the return addresses the runtime recorded. [] if none is known."""
+    addrs = [a for a in rec.frames if a]
+    if not addrs:
+        return []
+    places, found = _resolve(addrs, first_is_pc=False)
+    lines: list[int] = []
+    for lib, off in places:
+        for f, n in found.get((lib, off), []):
+            if os.path.basename(f) == os.path.basename(student_file) and n > 0:
+                if not lines or lines[-1] != n:
+                    lines.append(n)
+    if line not in lines:
+        return []
+    out = []
+    for n in lines[lines.index(line) + 1:]:
+        if n != line and f"{student_file}:{n}" not in out:
+            out.append(f"{student_file}:{n}")
+    return out[:3]

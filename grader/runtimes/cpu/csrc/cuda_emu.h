@@ -22,4 +22,7 @@
 #include "emu/sync.h"                // __syncthreads, shuffles, votes, reductions
 #include "emu/checks.h"              // assert, __trap, printf (after every system header)
 #include "emu/cooperative_groups.h"  // thread_block, thread_block_tile<N>
+#include "emu/ptx.h"                 // inline PTX: operands, shared addresses, conversions
+#include "emu/mma.h"                 // inline PTX: mma.sync, ldmatrix
+#include "emu/async_copy.h"          // inline PTX: cp.async and its groups
 #include "emu/launch.h"              // the entry points the build appends for each kernel

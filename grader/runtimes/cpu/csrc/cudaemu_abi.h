@@ -20,7 +20,8 @@
   X(LIVELOCK, 9)   /* threads spin on a value no thread of the block will write */             \
   X(INTERRUPT, 10) /* Ctrl-C during the launch */                                              \
   X(STACK, 11)     /* a thread ran past its fiber stack into the guard page */                 \
-  X(SETUP, 12)     /* the emulator could not start the launch */
+  X(SETUP, 12)     /* the emulator could not start the launch */                              \
+  X(PTX, 13)       /* inline PTX misused: bad shared address, read before cp.async's wait */
 
 // Shared memory starts every block filled with this signalling NaN, so a read of a word that no
 // thread wrote becomes a NaN with a payload Python recognises in the outputs. POISON64 is what a
@@ -28,6 +29,11 @@
 // double too.
 #define CUDAEMU_POISON32 0x7FBAD000u
 #define CUDAEMU_POISON64 0x7FF7BAD07FBAD000ull
+// What a cp.async destination holds from the copy's issue until the wait that completes it (and
+// what an inline-PTX output operand holds before the asm writes it). Every 16-bit half is a NaN
+// as __half and as __nv_bfloat16, and the word is a signalling NaN as a float, so a read before
+// the wait is visibly wrong whatever the element type.
+#define CUDAEMU_ASYNC_POISON32 0x7FA57FA5u
 
 // The fault record cudaemu_launch fills in for Python (ctypes reads it, so it holds no pointers).
 // ONE(type, name) is a scalar field, MANY(type, name, count) an array; in this order, with the
@@ -66,7 +72,9 @@
   X(REDUCE_AND, "__reduce_and_sync")                                                           \
   X(REDUCE_OR, "__reduce_or_sync")                                                             \
   X(REDUCE_XOR, "__reduce_xor_sync")                                                           \
-  X(MATCH_ANY, "__match_any_sync")
+  X(MATCH_ANY, "__match_any_sync")                                                             \
+  X(MMA, "mma.sync")          /* inline PTX (emu/mma.h): every lane of the warp, same line */  \
+  X(LDMATRIX, "ldmatrix.sync")
 
 // Block barriers (__cudaemu_syncthreads_op's first argument), codes 0, 1, ...
 #define CUDAEMU_BARRIER_OPS(X)                                                                \

@@ -58,6 +58,8 @@ extern char __stop_cuda_shared[] __attribute__((weak, visibility("hidden")));
 // Shared memory starts every block filled with this signalling NaN (see cudaemu_abi.h).
 static const uint32_t POISON32 = CUDAEMU_POISON32;
 static const uint64_t POISON64 = CUDAEMU_POISON64;
+// A cp.async destination holds this from the copy's issue to the wait that completes it.
+static const uint32_t ASYNC_POISON32 = CUDAEMU_ASYNC_POISON32;
 
 // ---------------------------------------------------------------------------------------------
 // What went wrong, for Python. Kept plain (no pointers into freed memory) so ctypes can read it;
@@ -78,6 +80,17 @@ struct FaultRecord { CUDAEMU_FAULT_RECORD(ONE, MANY) };
 
 enum FiberState { RUNNABLE = 0, AT_BARRIER = 1, AT_WARP = 2, EXITED = 3, FAULTED = 4 };
 
+// One cp.async in flight: the source was read at issue (so a bad source faults at its line), the
+// destination gets the bytes when a wait of the issuing thread covers the copy's group.
+struct AsyncCopy {
+  char* dst;
+  const char* file;
+  int line;
+  uint32_t group;       // the issuing thread's group count at issue: its open group
+  uint32_t size;
+  unsigned char data[16];
+};
+
 struct Fiber {
   FiberContext ctx;
   int state;
@@ -90,6 +103,9 @@ struct Fiber {
   int pred;             // __syncthreads_count/and/or predicate
   char* stack_lo;       // lowest usable byte (a guard page lies below)
   char* stack_hi;       // one past the highest byte
+  AsyncCopy* cp;        // this thread's cp.async copies in flight, in issue order
+  int cp_n, cp_cap;
+  uint32_t cp_groups;   // cp.async.commit_group count; copies issued since are in the open group
 };
 
 // The codes the device headers pass in (cudaemu_abi.h), and the names messages use.
@@ -110,6 +126,10 @@ struct Warp {
   uint64_t in[32];
   uint64_t out[32];
 };
+
+// A warp-wide instruction of inline PTX (mma.sync, ldmatrix): each lane arrives with a pointer to
+// its registers, and the last to arrive calls this with all 32 of them (see emu/mma.h).
+typedef void (*GatherFn)(void* const* lanes, int param, const char* file, int line);
 
 #define X(name, cuda_name) B_##name,
 enum BarrierOp { CUDAEMU_BARRIER_OPS(X) B_NOPS };
@@ -177,8 +197,12 @@ static void yield_to_scheduler() {
   context_switch(&cur->ctx, &sched_ctx);
 }
 
+static void finish_copies(Fiber* f, uint32_t before_group);
+
 static void fiber_main() {
   cur_entry(cur_args);
+  // A GPU completes a thread's cp.async copies even if it never waits for them.
+  finish_copies(cur, UINT32_MAX);
   cur->state = EXITED;
   yield_to_scheduler();
   abort();  // an exited fiber is never resumed
@@ -204,12 +228,15 @@ static void start_fiber(Fiber* f) {
   f->spun = 0;
   f->wait_file = nullptr;
   f->wait_line = 0;
+  f->cp_n = 0;
+  f->cp_groups = 0;
   context_start(&f->ctx, f->stack_lo, f->stack_hi, fiber_main, trap_invalid);
 }
 
 static int ensure_fibers(int n) {
   if (n <= nfibers_alloc) return 0;
   if (stack_region) munmap(stack_region, stack_region_size);
+  for (int i = 0; i < nfibers_alloc; ++i) free(fibers[i].cp);
   free(fibers);
   free(warps);
   const char* env = getenv("GRADER_CPU_STACK_KB");
@@ -408,6 +435,17 @@ extern "C" HIDDEN __attribute__((noreturn)) void __cudaemu_fault(int kind, const
   note_where(file, line);
   note_thread(cur);
   set_text("%s", what);
+  // The return addresses on the way here: when the line is in a helper function (an inline-PTX
+  // wrapper, say), Python names the kernel line that called it.
+  uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
+  uintptr_t lo = (uintptr_t)cur->stack_lo, hi = (uintptr_t)cur->stack_hi;
+  for (int i = 0; i < 8; ++i) {
+    if (fp < lo || fp + 16 > hi || (fp & 7)) break;
+    fault->frames[i] = ((uint64_t*)fp)[1];
+    uintptr_t next = (uintptr_t)((uint64_t*)fp)[0];
+    if (next <= fp) break;
+    fp = next;
+  }
   fault_exit();
   __builtin_unreachable();
 }
@@ -599,6 +637,325 @@ extern "C" HIDDEN unsigned __cudaemu_activemask() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Inline PTX (emu/ptx.h, emu/mma.h, emu/async_copy.h): shared-window addresses, warp-wide
+// instructions and asynchronous copies.
+
+static __attribute__((noreturn, format(printf, 4, 5))) void ptx_fault(int kind, const char* file,
+                                                                      int line, const char* fmt,
+                                                                      ...) {
+  char msg[sizeof fault->text];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  __cudaemu_fault(kind, msg, file, line);
+}
+
+// The block's shared window. On a GPU, .shared instructions (ldmatrix, cp.async) take 32-bit
+// addresses that __cvta_generic_to_shared() / cvta.to.shared make from a generic pointer. Here
+// static __shared__ variables appear from SHARED_STATIC_BASE and dynamic (extern __shared__)
+// memory from SHARED_DYN_BASE, with unmapped gaps around both, so an address that leaves either
+// faults. The static part keeps the host address modulo 128 and the dynamic part starts at an
+// aligned base, so an address has the alignment a GPU would see.
+static const uint64_t SHARED_STATIC_BASE = 0x10000;  // 48 KB of static at most: below 0x1C100
+static const uint64_t SHARED_DYN_BASE = 0x40000;     // 227 KB of dynamic at most: below 0x79000
+static char* smem_static_lo;
+static char* smem_static_hi;
+static uintptr_t smem_static_origin;                 // smem_static_lo rounded down to 128
+static char* smem_dyn;
+static size_t smem_dyn_bytes;
+static int block_threads;
+
+static bool in_static(const char* p, size_t n) {
+  return smem_static_lo && p >= smem_static_lo && p + n <= smem_static_hi;
+}
+static bool in_dynamic(const char* p, size_t n) {
+  return smem_dyn && p >= smem_dyn && p + n <= smem_dyn + smem_dyn_bytes;
+}
+
+static const char* describe_window(char* buf, size_t n) {
+  int k = 0;
+  if (smem_static_lo && smem_static_hi > smem_static_lo)
+    k = snprintf(buf, n, "static __shared__ variables occupy 0x%llx-0x%llx",
+                 (unsigned long long)(SHARED_STATIC_BASE + (uintptr_t)smem_static_lo - smem_static_origin),
+                 (unsigned long long)(SHARED_STATIC_BASE + (uintptr_t)smem_static_hi - smem_static_origin));
+  else
+    k = snprintf(buf, n, "the kernel has no static __shared__ variables");
+  if (k < 0 || (size_t)k >= n) return buf;
+  if (smem_dyn)
+    snprintf(buf + k, n - (size_t)k, ", dynamic shared memory (extern __shared__) 0x%llx-0x%llx "
+             "(shared_mem=%zu)", (unsigned long long)SHARED_DYN_BASE,
+             (unsigned long long)(SHARED_DYN_BASE + smem_dyn_bytes), smem_dyn_bytes);
+  else
+    snprintf(buf + k, n - (size_t)k, ", and the launch has no dynamic shared memory (shared_mem=0)");
+  return buf;
+}
+
+extern "C" HIDDEN int __cudaemu_is_shared(const void* p) {
+  return in_static((const char*)p, 1) || in_dynamic((const char*)p, 1);
+}
+
+extern "C" HIDDEN uint64_t __cudaemu_shared_addr(const void* p, const char* file, int line) {
+  const char* c = (const char*)p;
+  if (smem_static_lo && c >= smem_static_lo && c <= smem_static_hi)
+    return SHARED_STATIC_BASE + ((uintptr_t)c - smem_static_origin);
+  if (smem_dyn && c >= smem_dyn && c <= smem_dyn + smem_dyn_bytes)
+    return SHARED_DYN_BASE + (uint64_t)(c - smem_dyn);
+  char win[256];
+  ptx_fault(F_PTX, file, line,
+            "__cvta_generic_to_shared (or cvta.to.shared): lane %d converts the pointer %p, which "
+            "does not point into this block's shared memory (%s). Only the address of a __shared__ "
+            "variable or of extern __shared__ memory has a shared-window address.",
+            cur->linear & 31, p, describe_window(win, sizeof win));
+}
+
+static char* shared_host(uint64_t a, size_t n) {
+  if (smem_static_lo && a >= SHARED_STATIC_BASE && a - SHARED_STATIC_BASE < (1ull << 24)) {
+    char* p = (char*)(smem_static_origin + (uintptr_t)(a - SHARED_STATIC_BASE));
+    if (p >= smem_static_lo && p + n <= smem_static_hi) return p;
+  }
+  if (smem_dyn && a >= SHARED_DYN_BASE && a - SHARED_DYN_BASE + n <= smem_dyn_bytes)
+    return smem_dyn + (a - SHARED_DYN_BASE);
+  return nullptr;
+}
+
+// The host address of `n` bytes at shared address `a`, or a fault naming `what` and the line.
+extern "C" HIDDEN void* __cudaemu_shared_ptr(uint64_t a, uint32_t n, uint32_t align,
+                                             const char* what, const char* file, int line) {
+  char* p = shared_host(a, n);
+  if (!p) {
+    char win[256];
+    ptx_fault(F_PTX, file, line,
+              "%s: lane %d gives the shared address 0x%llx (%u bytes from there), which is "
+              "outside the block's shared memory: %s.%s",
+              what, cur->linear & 31, (unsigned long long)a, n, describe_window(win, sizeof win),
+              a > 0xFFFFFFFFull
+                  ? " The value looks like a generic pointer: a .shared operand takes the 32-bit "
+                    "address that __cvta_generic_to_shared(ptr) returns."
+                  : " Check the row/column arithmetic of the address (and that the tile is as "
+                    "large as the kernel indexes it).");
+  }
+  if (align > 1 && a % align) {
+    ptx_fault(F_PTX, file, line,
+              "%s: lane %d gives the shared address 0x%llx, which is not a multiple of %u bytes, "
+              "as this instruction needs (a GPU faults: misaligned address). Pad rows to a "
+              "multiple of %u bytes and align the array (__align__(16)).",
+              what, cur->linear & 31, (unsigned long long)a, align, align);
+  }
+  return p;
+}
+
+// The same for a generic pointer that must point into shared memory (ldmatrix without .shared).
+extern "C" HIDDEN void* __cudaemu_generic_shared_ptr(const void* p, uint32_t n, uint32_t align,
+                                                     const char* what, const char* file, int line) {
+  const char* c = (const char*)p;
+  if (!in_static(c, n) && !in_dynamic(c, n)) {
+    char win[256];
+    ptx_fault(F_PTX, file, line,
+              "%s: lane %d gives the generic address %p, which is not in the block's shared "
+              "memory (%s); without .shared the address must still point into shared memory.",
+              what, cur->linear & 31, p, describe_window(win, sizeof win));
+  }
+  return __cudaemu_shared_ptr(__cudaemu_shared_addr(p, file, line), n, align, what, file, line);
+}
+
+// cvta.shared / __cvta_shared_to_generic: a shared address back to a pointer.
+extern "C" HIDDEN void* __cudaemu_shared_generic(uint64_t a, const char* file, int line) {
+  char* p = shared_host(a, 0);
+  if (!p) {
+    char win[256];
+    ptx_fault(F_PTX, file, line,
+              "__cvta_shared_to_generic (or cvta.shared): lane %d converts 0x%llx, which is not "
+              "an address in the block's shared memory (%s).",
+              cur->linear & 31, (unsigned long long)a, describe_window(win, sizeof win));
+  }
+  return p;
+}
+
+// Warp-wide instructions: all 32 lanes arrive with their registers; the last one computes.
+extern "C" HIDDEN void __cudaemu_warp_gather(int op, int param, void* data, GatherFn fn,
+                                             const char* file, int line) {
+  Fiber* f = cur;
+  int lane = lane_of(f);
+  int wi = f->linear / 32;
+  Warp* w = &warps[wi];
+  if (w->exists != 0xFFFFFFFFu) {
+    ptx_fault(F_WARP, file, line,
+              "%s is a warp-wide instruction: the 32 lanes of a warp execute it together, but "
+              "warp %d of this block has only %d thread(s) (the block has %d). Launch blocks of "
+              "a multiple of 32 threads.",
+              WARP_OP_NAMES[op], wi, __builtin_popcount(w->exists), block_threads);
+  }
+  w->mask[lane] = 0xFFFFFFFFu;
+  w->op[lane] = op;
+  w->param[lane] = param;
+  w->width[lane] = 32;
+  w->in[lane] = (uint64_t)(uintptr_t)data;
+  w->arrived |= 1u << lane;
+  f->state = AT_WARP;
+  f->wait_file = file;
+  f->wait_line = line;
+  f->wait_op = op;
+  if (w->arrived != 0xFFFFFFFFu) {
+    yield_to_scheduler();
+    return;
+  }
+  void* lanes[32];
+  for (int l = 0; l < 32; ++l) {
+    const Fiber* g = &fibers[wi * 32 + l];
+    if (w->op[l] != op || w->mask[l] != 0xFFFFFFFFu) {
+      ptx_fault(F_WARP, file, line,
+                "lanes of warp %d meet in different warp collectives: lane %d is in %s (mask "
+                "0x%08x) at %s:%d while lane %d is in %s here. Every lane of the warp must "
+                "execute %s, and execute it together.",
+                wi, l, WARP_OP_NAMES[w->op[l]], w->mask[l], g->wait_file ? g->wait_file : "?",
+                g->wait_line, lane, WARP_OP_NAMES[op], WARP_OP_NAMES[op]);
+    }
+    if (w->param[l] != param || g->wait_line != line || !g->wait_file ||
+        strcmp(g->wait_file, file) != 0) {
+      ptx_fault(F_WARP, file, line,
+                "lanes of warp %d execute different %s instructions: lane %d the one at %s:%d, "
+                "lane %d this one. %s is .sync.aligned: all 32 lanes must execute the same "
+                "instruction together, so it may not sit in a branch that depends on the lane "
+                "(threadIdx) or in a loop whose trip count differs between lanes.",
+                wi, WARP_OP_NAMES[op], l, g->wait_file ? g->wait_file : "?", g->wait_line, lane,
+                WARP_OP_NAMES[op]);
+    }
+    lanes[l] = (void*)(uintptr_t)w->in[l];
+  }
+  fn(lanes, param, file, line);
+  for (int l = 0; l < 32; ++l) fibers[wi * 32 + l].state = RUNNABLE;
+  w->arrived = 0;
+}
+
+// cp.async. Each copy reads its source at issue and writes its destination when a wait of the
+// issuing thread covers its group (or when the thread ends); until then the destination holds
+// ASYNC_POISON32. `pending` counts, per 16-byte granule of shared memory, the copies in flight,
+// so that ldmatrix can name a read that comes before the wait.
+static uint32_t* pending;
+static size_t pending_cap, pending_static_n, pending_n;
+static int pending_used;
+
+static long pending_slot(const char* p) {
+  if (in_static(p, 1)) return (long)(((uintptr_t)p - smem_static_origin) / 16);
+  if (in_dynamic(p, 1)) return (long)(pending_static_n + (size_t)(p - smem_dyn) / 16);
+  return -1;
+}
+
+static void finish_copies(Fiber* f, uint32_t before_group) {
+  int k = 0;
+  for (int i = 0; i < f->cp_n; ++i) {
+    AsyncCopy* c = &f->cp[i];
+    if (c->group < before_group) {
+      memcpy(c->dst, c->data, c->size);
+      long s = pending_slot(c->dst);
+      if (s >= 0 && pending[s]) --pending[s];
+    } else {
+      f->cp[k++] = *c;
+    }
+  }
+  f->cp_n = k;
+}
+
+extern "C" HIDDEN void __cudaemu_cp_async(uint64_t dst, const void* src, int size, int src_size,
+                                          int cg, const char* file, int line) {
+  const char* what = cg ? "cp.async.cg" : "cp.async.ca";
+  if (cg ? size != 16 : (size != 4 && size != 8 && size != 16))
+    ptx_fault(F_PTX, file, line, "%s: the copy size must be %s; this one is %d.", what,
+              cg ? "16 bytes with .cg (use .ca for 4 or 8)" : "4, 8 or 16 bytes", size);
+  if (src_size < 0) src_size = size;  // no src-size operand
+  if (src_size > size)
+    ptx_fault(F_PTX, file, line,
+              "%s: src-size %d is larger than the copy size %d. src-size says how many of the %d "
+              "bytes to read from global memory; the rest of the destination is zero-filled.",
+              what, src_size, size, size);
+  char* d = (char*)__cudaemu_shared_ptr(dst, (uint32_t)size, (uint32_t)size, what, file, line);
+  if (src_size > 0 && (uintptr_t)src % (uintptr_t)size)
+    ptx_fault(F_PTX, file, line,
+              "%s: lane %d copies from the global address %p, which is not a multiple of %d "
+              "bytes; a %d-byte cp.async needs both addresses aligned to %d.",
+              what, cur->linear & 31, src, size, size, size);
+  if (src_size > 0 && __cudaemu_is_shared(src))
+    ptx_fault(F_PTX, file, line,
+              "%s: lane %d copies from %p, which is shared memory; cp.async copies from global "
+              "memory (a kernel argument) to shared memory.", what, cur->linear & 31, src);
+  AsyncCopy c;
+  memset(&c, 0, sizeof c);
+  if (src_size > 0) memcpy(c.data, src, (size_t)src_size);  // a bad source faults here
+  c.dst = d;
+  c.file = file;
+  c.line = line;
+  c.size = (uint32_t)size;
+  Fiber* f = cur;
+  c.group = f->cp_groups;
+  if (f->cp_n == f->cp_cap) {
+    int cap = f->cp_cap ? f->cp_cap * 2 : 16;
+    AsyncCopy* p = (AsyncCopy*)realloc(f->cp, sizeof(AsyncCopy) * (size_t)cap);
+    if (!p) ptx_fault(F_SETUP, file, line, "out of memory for cp.async copies in flight");
+    f->cp = p;
+    f->cp_cap = cap;
+  }
+  f->cp[f->cp_n++] = c;
+  for (int i = 0; i < size; i += 4) memcpy(d + i, &ASYNC_POISON32, 4);
+  long s = pending_slot(d);
+  if (s >= 0) {
+    ++pending[s];
+    pending_used = 1;
+  }
+}
+
+extern "C" HIDDEN void __cudaemu_cp_async_commit() { ++cur->cp_groups; }
+
+extern "C" HIDDEN void __cudaemu_cp_async_wait(long long n, const char* file, int line) {
+  if (n < 0)
+    ptx_fault(F_PTX, file, line, "cp.async.wait_group %lld: N must be 0 or more.", n);
+  Fiber* f = cur;
+  if ((unsigned long long)n < f->cp_groups) finish_copies(f, f->cp_groups - (uint32_t)n);
+}
+
+extern "C" HIDDEN void __cudaemu_cp_async_wait_all() {
+  Fiber* f = cur;
+  ++f->cp_groups;  // wait_all is commit_group; wait_group 0
+  finish_copies(f, f->cp_groups);
+}
+
+// A read of [p, p + n) in shared memory by `what` (ldmatrix): a fault if a cp.async into it is
+// still in flight.
+extern "C" HIDDEN void __cudaemu_check_async_pending(const void* p, uint32_t n, const char* what,
+                                                     const char* file, int line) {
+  if (!pending_used || n == 0) return;
+  const char* c = (const char*)p;
+  long lo = pending_slot(c), hi = pending_slot(c + n - 1);
+  if (lo < 0 || hi < 0) return;
+  bool busy = false;
+  for (long s = lo; s <= hi && !busy; ++s) busy = pending[s] != 0;
+  if (!busy) return;
+  for (int i = 0; i < block_threads; ++i) {
+    const Fiber* g = &fibers[i];
+    for (int k = 0; k < g->cp_n; ++k) {
+      const AsyncCopy* a = &g->cp[k];
+      if (a->dst >= c + n || a->dst + a->size <= c) continue;
+      const char* why = a->group == g->cp_groups
+                            ? "that thread has not committed it yet (cp.async.commit_group), let "
+                              "alone waited for it"
+                            : "that thread has not yet passed a cp.async.wait_group that covers "
+                              "it (wait_group N leaves the N most recently committed groups in "
+                              "flight)";
+      ptx_fault(F_PTX, file, line,
+                "%s (lane %d) reads shared memory at 0x%llx that a cp.async issued by thread "
+                "(%u,%u,%u)%s at %s:%d has not written yet: %s. Until a wait of the issuing "
+                "thread covers a copy its destination holds undefined bytes (NaN in the "
+                "emulator). Wait (cp.async.wait_group / wait_all) and then __syncthreads() "
+                "before reading a tile that other threads copied.",
+                what, cur->linear & 31,
+                (unsigned long long)__cudaemu_shared_addr(a->dst, file, line), g->tid.x,
+                g->tid.y, g->tid.z, g == cur ? " (this thread)" : "", a->file ? a->file : "?",
+                a->line, why);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // When no fiber can run: release a barrier, or explain why the block is stuck.
 
 static int describe_stuck(int nthreads) {
@@ -627,7 +984,13 @@ static int describe_stuck(int nthreads) {
              lane_list(w->arrived & group, lanes, sizeof lanes), wi,
              WARP_OP_NAMES[w->op[first]], w->mask[first],
              lane_list(missing, lanes2, sizeof lanes2));
-    if (exited) {
+    bool whole = w->op[first] == W_MMA || w->op[first] == W_LDMATRIX;
+    if (exited && whole) {
+      append_text("have already returned from the kernel. %s is a warp-wide .sync.aligned "
+                  "instruction: all 32 lanes of the warp must execute it together. Move the "
+                  "early `return` (or the `if` around it) so that every lane gets there; a lane "
+                  "with nothing to compute still takes part.", WARP_OP_NAMES[w->op[first]]);
+    } else if (exited) {
       append_text("have already returned from the kernel. Every lane named in the mask must "
                   "reach the collective: move an early `return` (or an `if` around the call) "
                   "so that all lanes get there, or pass a mask of only the lanes that do.");
@@ -714,6 +1077,11 @@ static uint64_t splitmix(uint64_t* s) {
 }
 
 static int run_block(int nthreads, const int* perm) {
+  block_threads = nthreads;
+  if (pending_used) {
+    memset(pending, 0, sizeof *pending * pending_n);
+    pending_used = 0;
+  }
   for (int i = 0; i < nthreads; ++i) start_fiber(&fibers[i]);
   for (int wi = 0; wi < (nthreads + 31) / 32; ++wi) warps[wi].arrived = 0;
   long idle_spins = 0;
@@ -804,6 +1172,29 @@ EXPORT int cudaemu_launch(void (*entry)(void**), void** args, const uint32_t* gr
     return -1;
   }
   size_t static_bytes = (size_t)(__stop_cuda_shared - __start_cuda_shared);
+  // The shared window of inline PTX, and a cp.async counter per 16 bytes of it.
+  smem_static_lo = static_bytes ? __start_cuda_shared : nullptr;
+  smem_static_hi = static_bytes ? __stop_cuda_shared : nullptr;
+  smem_static_origin = (uintptr_t)smem_static_lo & ~(uintptr_t)127;
+  smem_dyn = dyn_bytes ? (char*)dyn_smem : nullptr;
+  smem_dyn_bytes = dyn_bytes;
+  pending_static_n = static_bytes ? ((uintptr_t)smem_static_hi - smem_static_origin + 15) / 16 : 0;
+  pending_n = pending_static_n + (dyn_bytes + 15) / 16;
+  if (pending_n > pending_cap) {
+    free(pending);
+    pending = (uint32_t*)calloc(pending_n, sizeof *pending);
+    pending_cap = pending ? pending_n : 0;
+    if (!pending) {
+      out->kind = F_SETUP;
+      snprintf(out->text, sizeof out->text, "could not allocate the cp.async bookkeeping");
+      remove_signals();
+      free(perm);
+      return -1;
+    }
+  } else if (pending_n) {
+    memset(pending, 0, sizeof *pending * pending_n);
+  }
+  pending_used = 0;
   int rc = 0;
   for (int64_t b = 0; b < count; ++b) {
     int64_t id = blocks ? blocks[b] : b;

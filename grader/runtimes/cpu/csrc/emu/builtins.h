@@ -26,6 +26,27 @@ __CUDAEMU_HIDDEN void __cudaemu_spin_yield(const char* file, int line);
 __CUDAEMU_HIDDEN int __cudaemu_printf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 __CUDAEMU_HIDDEN __attribute__((noreturn)) void __cudaemu_fault(int kind, const char* what,
                                                                 const char* file, int line);
+
+// Inline PTX (ptx.h, mma.h, async_copy.h): the block's shared window, warp-wide instructions,
+// asynchronous copies.
+__CUDAEMU_HIDDEN int __cudaemu_is_shared(const void* p);
+__CUDAEMU_HIDDEN unsigned long long __cudaemu_shared_addr(const void* p, const char* file, int line);
+__CUDAEMU_HIDDEN void* __cudaemu_shared_ptr(unsigned long long a, unsigned n, unsigned align,
+                                            const char* what, const char* file, int line);
+__CUDAEMU_HIDDEN void* __cudaemu_generic_shared_ptr(const void* p, unsigned n, unsigned align,
+                                                    const char* what, const char* file, int line);
+__CUDAEMU_HIDDEN void* __cudaemu_shared_generic(unsigned long long a, const char* file, int line);
+__CUDAEMU_HIDDEN void __cudaemu_warp_gather(int op, int param, void* data,
+                                            void (*fn)(void* const* lanes, int param,
+                                                       const char* file, int line),
+                                            const char* file, int line);
+__CUDAEMU_HIDDEN void __cudaemu_cp_async(unsigned long long dst, const void* src, int size,
+                                         int src_size, int cg, const char* file, int line);
+__CUDAEMU_HIDDEN void __cudaemu_cp_async_commit(void);
+__CUDAEMU_HIDDEN void __cudaemu_cp_async_wait(long long n, const char* file, int line);
+__CUDAEMU_HIDDEN void __cudaemu_cp_async_wait_all(void);
+__CUDAEMU_HIDDEN void __cudaemu_check_async_pending(const void* p, unsigned n, const char* what,
+                                                    const char* file, int line);
 }
 
 static constexpr int warpSize = 32;

@@ -1,5 +1,6 @@
-// emu/half.h: __half, __half2 and __nv_bfloat16 with their conversions and arithmetic, what
-// cuda_fp16.h and cuda_bf16.h declare.
+// emu/half.h: __half, __half2, __nv_bfloat16 and __nv_bfloat162 with their conversions and
+// arithmetic, what cuda_fp16.h and cuda_bf16.h declare. The pair types are 4 bytes, 4-aligned,
+// low element first, so they reinterpret as the uint32_t of a PTX .f16x2 / .bf16x2 register.
 #pragma once
 
 #include "math_functions.h"
@@ -97,6 +98,24 @@ __CUDAEMU_INLINE __half2 __hsub2(__half2 a, __half2 b) { return {a.x - b.x, a.y 
 __CUDAEMU_INLINE __half2 __hfma2(__half2 a, __half2 b, __half2 c) {
   return {__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)};
 }
+__CUDAEMU_INLINE __half2 __hmax2(__half2 a, __half2 b) { return {__hmax(a.x, b.x), __hmax(a.y, b.y)}; }
+__CUDAEMU_INLINE __half2 __hmin2(__half2 a, __half2 b) { return {__hmin(a.x, b.x), __hmin(a.y, b.y)}; }
+__CUDAEMU_INLINE __half2 __hneg2(__half2 a) { return {-a.x, -a.y}; }
+__CUDAEMU_INLINE __half2 operator+(__half2 a, __half2 b) { return __hadd2(a, b); }
+__CUDAEMU_INLINE __half2 operator-(__half2 a, __half2 b) { return __hsub2(a, b); }
+__CUDAEMU_INLINE __half2 operator*(__half2 a, __half2 b) { return __hmul2(a, b); }
+__CUDAEMU_INLINE __half2& operator+=(__half2& a, __half2 b) { return a = __hadd2(a, b); }
+__CUDAEMU_INLINE __half2& operator*=(__half2& a, __half2 b) { return a = __hmul2(a, b); }
+__CUDAEMU_INLINE __half2 __float22half2_rn(float2 f) { return {__half(f.x), __half(f.y)}; }
+__CUDAEMU_INLINE __half2 __half2half2(__half a) { return {a, a}; }
+__CUDAEMU_INLINE __half2 __lowhigh2highlow(__half2 h) { return {h.y, h.x}; }
+__CUDAEMU_INLINE __half2 __lows2half2(__half2 a, __half2 b) { return {a.x, b.x}; }
+__CUDAEMU_INLINE __half2 __highs2half2(__half2 a, __half2 b) { return {a.y, b.y}; }
+__CUDAEMU_INLINE __half __float2half_rz(float f) {
+  __half h = __half(f);  // round to nearest, then step toward zero if that rounded away
+  if (fabsf(__half2float(h)) > fabsf(f) && !(f != f)) h.__x = (unsigned short)(h.__x - 1u);
+  return h;
+}
 
 struct __nv_bfloat16 {
   unsigned short __x;
@@ -112,3 +131,67 @@ struct __align__(4) __nv_bfloat162 { __nv_bfloat16 x, y; };
 __CUDAEMU_INLINE __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
 __CUDAEMU_INLINE __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
 __CUDAEMU_INLINE float __bfloat162float(__nv_bfloat16 h) { return (float)h; }
+typedef __nv_bfloat16 nv_bfloat16;
+typedef __nv_bfloat162 nv_bfloat162;
+struct __nv_bfloat16_raw { unsigned short x; };
+__CUDAEMU_INLINE unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
+__CUDAEMU_INLINE short __bfloat16_as_short(__nv_bfloat16 h) { return (short)h.__x; }
+__CUDAEMU_INLINE __nv_bfloat16 __ushort_as_bfloat16(unsigned short x) {
+  __nv_bfloat16 h; h.__x = x; return h;
+}
+__CUDAEMU_INLINE __nv_bfloat16 __short_as_bfloat16(short x) {
+  __nv_bfloat16 h; h.__x = (unsigned short)x; return h;
+}
+__CUDAEMU_INLINE __nv_bfloat16 __int2bfloat16_rn(int i) { return __nv_bfloat16((float)i); }
+__CUDAEMU_INLINE __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
+  return {__nv_bfloat16(a), __nv_bfloat16(b)};
+}
+__CUDAEMU_INLINE __nv_bfloat162 __float22bfloat162_rn(float2 f) {
+  return {__nv_bfloat16(f.x), __nv_bfloat16(f.y)};
+}
+__CUDAEMU_INLINE __nv_bfloat162 __float2bfloat162_rn(float a) {
+  return {__nv_bfloat16(a), __nv_bfloat16(a)};
+}
+__CUDAEMU_INLINE float2 __bfloat1622float2(__nv_bfloat162 h) { return {(float)h.x, (float)h.y}; }
+__CUDAEMU_INLINE float __low2float(__nv_bfloat162 h) { return (float)h.x; }
+__CUDAEMU_INLINE float __high2float(__nv_bfloat162 h) { return (float)h.y; }
+__CUDAEMU_INLINE __nv_bfloat16 __low2bfloat16(__nv_bfloat162 h) { return h.x; }
+__CUDAEMU_INLINE __nv_bfloat16 __high2bfloat16(__nv_bfloat162 h) { return h.y; }
+__CUDAEMU_INLINE __nv_bfloat162 __halves2bfloat162(__nv_bfloat16 a, __nv_bfloat16 b) { return {a, b}; }
+__CUDAEMU_INLINE __nv_bfloat162 __bfloat162bfloat162(__nv_bfloat16 a) { return {a, a}; }
+__CUDAEMU_INLINE __nv_bfloat162 __lowhigh2highlow(__nv_bfloat162 h) { return {h.y, h.x}; }
+#define __CUDAEMU_BOP(name, op)                                                                \
+  __CUDAEMU_INLINE __nv_bfloat16 name(__nv_bfloat16 a, __nv_bfloat16 b) {                      \
+    return __nv_bfloat16((float)a op (float)b);                                                \
+  }                                                                                            \
+  __CUDAEMU_INLINE __nv_bfloat16 operator op(__nv_bfloat16 a, __nv_bfloat16 b) { return name(a, b); } \
+  __CUDAEMU_INLINE __nv_bfloat16& operator op##=(__nv_bfloat16& a, __nv_bfloat16 b) { return a = name(a, b); }
+__CUDAEMU_BOP(__hadd, +)
+__CUDAEMU_BOP(__hsub, -)
+__CUDAEMU_BOP(__hmul, *)
+__CUDAEMU_BOP(__hdiv, /)
+#undef __CUDAEMU_BOP
+__CUDAEMU_INLINE __nv_bfloat16 operator-(__nv_bfloat16 a) { a.__x ^= 0x8000u; return a; }
+__CUDAEMU_INLINE __nv_bfloat16 __hneg(__nv_bfloat16 a) { return -a; }
+__CUDAEMU_INLINE __nv_bfloat16 __habs(__nv_bfloat16 a) { a.__x &= 0x7FFFu; return a; }
+__CUDAEMU_INLINE __nv_bfloat16 __hfma(__nv_bfloat16 a, __nv_bfloat16 b, __nv_bfloat16 c) {
+  return __nv_bfloat16(fmaf((float)a, (float)b, (float)c));
+}
+__CUDAEMU_INLINE __nv_bfloat16 __hmax(__nv_bfloat16 a, __nv_bfloat16 b) { return __nv_bfloat16(fmaxf(a, b)); }
+__CUDAEMU_INLINE __nv_bfloat16 __hmin(__nv_bfloat16 a, __nv_bfloat16 b) { return __nv_bfloat16(fminf(a, b)); }
+__CUDAEMU_INLINE bool __hisnan(__nv_bfloat16 a) { return (a.__x & 0x7FFFu) > 0x7F80u; }
+__CUDAEMU_INLINE __nv_bfloat162 __hadd2(__nv_bfloat162 a, __nv_bfloat162 b) { return {a.x + b.x, a.y + b.y}; }
+__CUDAEMU_INLINE __nv_bfloat162 __hsub2(__nv_bfloat162 a, __nv_bfloat162 b) { return {a.x - b.x, a.y - b.y}; }
+__CUDAEMU_INLINE __nv_bfloat162 __hmul2(__nv_bfloat162 a, __nv_bfloat162 b) { return {a.x * b.x, a.y * b.y}; }
+__CUDAEMU_INLINE __nv_bfloat162 __hfma2(__nv_bfloat162 a, __nv_bfloat162 b, __nv_bfloat162 c) {
+  return {__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)};
+}
+__CUDAEMU_INLINE __nv_bfloat162 operator+(__nv_bfloat162 a, __nv_bfloat162 b) { return __hadd2(a, b); }
+__CUDAEMU_INLINE __nv_bfloat162 operator-(__nv_bfloat162 a, __nv_bfloat162 b) { return __hsub2(a, b); }
+__CUDAEMU_INLINE __nv_bfloat162 operator*(__nv_bfloat162 a, __nv_bfloat162 b) { return __hmul2(a, b); }
+static_assert(sizeof(__half) == 2 && sizeof(__half2) == 4 && alignof(__half2) == 4,
+              "__half2 must reinterpret as a 32-bit register");
+static_assert(sizeof(__nv_bfloat16) == 2 && sizeof(__nv_bfloat162) == 4 &&
+              alignof(__nv_bfloat162) == 4, "__nv_bfloat162 must reinterpret as a 32-bit register");
+static_assert(std::is_trivially_copyable<__half2>::value &&
+              std::is_trivially_copyable<__nv_bfloat162>::value, "fp16 pairs are plain bits");

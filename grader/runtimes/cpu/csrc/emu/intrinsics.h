@@ -69,5 +69,9 @@ __CUDAEMU_INLINE void __threadfence_block() { __asm__ __volatile__("" ::: "memor
 __CUDAEMU_INLINE void __threadfence_system() { __asm__ __volatile__("" ::: "memory"); }
 __CUDAEMU_INLINE long long clock64() { return (long long)++__cudaemu_clock; }
 __CUDAEMU_INLINE void __prof_trigger(int) {}
-template <class T> __CUDAEMU_INLINE bool __isShared(const T*) { return false; }
-template <class T> __CUDAEMU_INLINE bool __isGlobal(const T*) { return true; }
+template <class T> __CUDAEMU_INLINE bool __isShared(const T* p) {
+  return __cudaemu_is_shared((const void*)p) != 0;
+}
+template <class T> __CUDAEMU_INLINE bool __isGlobal(const T* p) {
+  return __cudaemu_is_shared((const void*)p) == 0;
+}

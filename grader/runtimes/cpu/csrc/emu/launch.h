@@ -31,6 +31,7 @@ __CUDAEMU_TNAME(float4, "float4")
 __CUDAEMU_TNAME(int2, "int2")
 __CUDAEMU_TNAME(int4, "int4")
 __CUDAEMU_TNAME(__half2, "__half2")
+__CUDAEMU_TNAME(__nv_bfloat162, "__nv_bfloat162")
 __CUDAEMU_TNAME(void, "void")
 #undef __CUDAEMU_TNAME
 template <class T> struct tdesc {
