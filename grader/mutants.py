@@ -36,7 +36,7 @@ def _sub(text: str) -> Callable[[re.Match], str]:
 _GUARD = lambda line: bool(re.search(r"\b(if|for|while)\b|\?", line))   # noqa: E731
 # Words that name the cause, not merely a symptom; "past"/"last"/"partial" alone appear in generic advice.
 _BOUNDS_WORDS = ("bound", "out-of-bounds", "out of bounds", "past n_k", "past the end", "never written",
-                 "one too many", "diagonal itself", "loop that never ends", "guard")
+                 "one too many", "diagonal itself", "loop that never ends", "guard the")
 
 OPERATORS = (
     Operator("bound_lt_to_le", "an off-by-one in a bound or guard (< became <=)",

@@ -85,18 +85,21 @@ def weight_kind(row: Row) -> tuple[str, object] | None:
             if np.linalg.norm(v2.T @ w2 - row.o) <= TOL * norm and abs(w2[-1]) > 10 * TOL:
                 return "extra_key", row.next_index
         return "outside", None
-    p = softmax(row.s)
-    if n >= 2 and (w > 0).all() and np.ptp(row.s) > 1e-3:
-        slope = np.polyfit(row.s, np.log(w), 1)[0]
-        if slope < -0.5:
-            return "sign", None
+    return compare_weights(w, softmax(row.s), row.s)
+
+
+def compare_weights(w: np.ndarray, p: np.ndarray, s: np.ndarray) -> tuple[str, object] | None:
+    """The applied weights w of one row against the true p = softmax(s)."""
     keep = p > 1e-6
-    if keep.sum() < 2:
+    if not keep.any():
         return None
-    levels = _levels(w[keep] / p[keep])
+    w, p, s = w[keep], p[keep], s[keep]
+    if w.size >= 2 and (w > 0).all() and np.ptp(s) > 1e-3 and np.polyfit(s, np.log(w), 1)[0] < -0.5:
+        return "sign", None
+    levels = _levels(w / p)
     if len(levels) == 1:
         return ("row_factor", levels[0]) if abs(levels[0] - 1) > 10 * TOL else ("ok", None)
-    if len(levels) <= keep.sum() // 2:     # few groups, not a coincidence of two ratios
+    if len(levels) <= w.size // 2:        # few groups, not a coincidence of two ratios
         return "groups", len(levels)
     return None
 
@@ -147,23 +150,25 @@ MESSAGES = {
 
 def cause(rows: list[Row], out: str = "o", limit: int = 48) -> str | None:
     """The shape most failing rows share, as a sentence; None if there is no clear one."""
-    kinds = []
-    for row in rows[:limit]:
-        k = row_kind(row)
-        if k is None:
-            return None                  # a row of no known shape: say what was seen, do not guess
-        if k[0] not in ("ok", "unidentifiable"):
-            kinds.append((k, row))
+    return summarise([(row_kind(row), row.where) for row in rows[:limit]], out)
+
+
+def summarise(kinds: list[tuple], out: str, names: dict | None = None) -> str | None:
+    """kinds: (kind, where) per failing row. The message of the kind at least 3/4 of the rows share
+    (`names` renames a kind's message), or None: a row of no known shape vetoes, never a guess."""
+    if any(k is None for k, _ in kinds):
+        return None
+    kinds = [(k, where) for k, where in kinds if k[0] not in ("ok", "unidentifiable")]
     if not kinds:
         return None
-    top, _ = Counter(k[0] for k, _ in kinds).most_common(1)[0]
-    if top not in MESSAGES or sum(k[0] == top for k, _ in kinds) < 0.75 * len(kinds):
+    top, count = Counter(k[0] for k, _ in kinds).most_common(1)[0]
+    if top not in MESSAGES or count < 0.75 * len(kinds):
         return None
-    (name, info), row = next((k, r) for k, r in kinds if k[0] == top)
+    (name, info), where = next((k, w) for k, w in kinds if k[0] == top)
     right = ""
     if name == "column_groups":
         right = f", columns {info[1][:8]} right" if info[1] else ", none of them right"
-    return MESSAGES[name].format(out=out, where=row.where, info=info, right=right)
+    return MESSAGES[(names or {}).get(name, name)].format(out=out, where=where, info=info, right=right)
 
 
 # ---- the rows of each kind of module ----------------------------------------------------------
@@ -211,28 +216,8 @@ def softmax_rows_cause(ctx, x, y_name: str = "y") -> str | None:
     y, ref = np.asarray(ctx.out[y_name], np.float64), ctx.ref[y_name]
     if not np.isfinite(y).all():
         return None
-    kinds = []
-    for idx in bad_rows(ctx, y_name):
-        keep = ref[idx] > 1e-6
-        if not keep.any():
-            continue
-        w, p, s = y[idx][keep], ref[idx][keep], x[idx][keep]
-        if not y[idx].any():
-            return None                  # an all-zero row: the engine's generic checks name it
-        if (w > 0).all() and np.ptp(s) > 1e-3 and np.polyfit(s, np.log(w), 1)[0] < -0.5:
-            kinds.append(("sign", None, idx))
-            continue
-        levels = _levels(w / p)
-        if len(levels) == 1 and abs(levels[0] - 1) > 10 * TOL:
-            kinds.append(("softmax_factor", levels[0], idx))
-        elif 1 < len(levels) <= keep.sum() // 2:
-            kinds.append(("groups", len(levels), idx))
-        else:
-            return None
-    if not kinds:
-        return None
-    top, count = Counter(k for k, _, _ in kinds).most_common(1)[0]
-    if count < 0.75 * len(kinds):
-        return None
-    _, info, idx = next(k for k in kinds if k[0] == top)
-    return MESSAGES[top].format(out=y_name, where=f"{y_name}{list(idx)}", info=info, right="")
+    # An all-zero row is left to the engine's generic checks ("never stored"); rows without a
+    # visible element (compare_weights: None) say nothing either.
+    kinds = [(compare_weights(y[idx], ref[idx], x[idx]) if y[idx].any() else None, f"{y_name}{list(idx)}")
+             for idx in bad_rows(ctx, y_name)]
+    return summarise(kinds, y_name, names={"row_factor": "softmax_factor"})

@@ -24,7 +24,7 @@ def _rows(mask: np.ndarray) -> np.ndarray:
     return mask.reshape(-1, mask.shape[-1]).any(axis=1) if mask.ndim >= 2 else mask
 
 
-def _overflow_rows(name: str, bad: np.ndarray, lse_ref) -> bool:
+def overflow_rows(name: str, bad: np.ndarray, lse_ref) -> bool:
     """Are the non-finite rows the rows whose exponentials can overflow (lse above 88.7), and nearly
     all of those? A bug that strikes a few rows of a large-score case is not overflow."""
     rows = bad.reshape(-1) if name == "lse" else bad.reshape(-1, bad.shape[-1]).any(axis=1)
@@ -53,7 +53,7 @@ def overflow(ctx: Context) -> str | None:
         got = np.asarray(ctx.out[name], np.float64)
         if not c.bad_nonfinite.any():
             continue
-        if top is not None and top > 80 and _overflow_rows(name, c.bad_nonfinite, lse_ref):
+        if top is not None and top > 80 and overflow_rows(name, c.bad_nonfinite, lse_ref):
             return (f"{name} holds inf/NaN where the answer is finite, and this case has large scores "
                     f"(the lse reaches {top:.0f}). expf(x) overflows to inf for x > 88.7, and inf/inf is "
                     "NaN: subtract the running max before exponentiating (exp(x - m)), so every exponent "

@@ -264,10 +264,9 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     try:
         cause = (task.diagnose(ctx) if hasattr(task, "diagnose") else None) or dg.generic(ctx) or dg.observed(ctx)
     except Exception as e:        # the verdict above stands; the explanation failed, loudly
-        cause = None
+        cause, at = None, traceback.extract_tb(e.__traceback__)[-1]
         lines.append(f"(the grader failed while explaining this error — a bug in the grader, please report "
-                     f"it: {type(e).__name__}: {e} at {traceback.extract_tb(e.__traceback__)[-1].filename}:"
-                     f"{traceback.extract_tb(e.__traceback__)[-1].lineno})")
+                     f"it: {type(e).__name__}: {e} at {at.filename}:{at.lineno})")
     if cause:
         lines.append(f"likely cause: {cause}")
     elif getattr(rt, "name", "") == "gpu":
