@@ -116,25 +116,27 @@ def generic(ctx: Context) -> str | None:
                        else np.zeros(full_rows.size, bool))
             if full_rows.any() and (full_rows & keyless).any():
                 return (f"whole rows of {name} are NaN ({int(full_rows.sum())} of {full_rows.size} rows), "
-                        "among them rows that see no key. Such a row's running max stays -INFINITY: "
-                        "expf(-inf - -inf) = NaN, and 0/0 when l = 0. Exponentiate against 0 while the "
-                        "max is -INFINITY, and write o = 0 and lse = -INFINITY when l = 0.")
+                        "among them rows with nothing to see (every entry -inf, or no visible key). Such "
+                        "a row's running max stays -INFINITY: expf(-inf - -inf) = NaN, and 0/0 when "
+                        f"l = 0. Exponentiate against 0 while the max is -INFINITY, and write {name} = 0 "
+                        "and lse = -INFINITY when l = 0.")
             if full_rows.any() and full_rows.sum() == _rows(computed).sum():
                 return (f"whole rows of {name} are NaN ({int(full_rows.sum())} of {full_rows.size} rows), "
-                        "although each of them has keys and its answer is finite. A thread computed "
-                        "expf(-inf - -inf) = NaN with a max of -INFINITY, or 0/0 with a sum l of 0: the "
-                        "thread held no key of its own and did not receive the row's max or sum. A max "
-                        "or sum reduced across lanes must reach every lane that uses it (a butterfly of "
-                        "__shfl_xor_sync over all of them); and a state that has seen no key yet must "
-                        "not be rescaled with exp(m_old - m_new) unguarded.")
+                        "although each of them has elements and its answer is finite. Some thread computed "
+                        "expf(-inf - -inf) = NaN with a max of -INFINITY, or 0/0 with a sum of 0: a thread "
+                        "(or lane) that holds no element of the row still has the empty state (-INFINITY, "
+                        "0). Either that state was rescaled or divided without a guard (merging two empty "
+                        "states, exp(m_old - m_new) before any element), or the thread never received the "
+                        "row's max or sum (a reduction across lanes must reach every lane that uses it: a "
+                        "butterfly of __shfl_xor_sync over all of them).")
         if computed.any():
             first = tuple(int(i) for i in np.argwhere(computed)[0])
             return (f"the kernel computed NaN/inf in {int(computed.sum())} elements of {name}, first at "
                     f"{name}{list(first)}, where the answer is finite{_small_scores(ctx)}. A thread "
-                    "used a max of -INFINITY (expf(-inf - -inf) = NaN) or a sum of 0 (x / 0): it held "
-                    "no key of its own and did not receive the row's max or sum — a max or sum reduced "
-                    "across lanes must reach every lane that uses it (a butterfly of __shfl_xor_sync) — "
-                    "or a state that has seen no key was rescaled or divided unguarded.")
+                    "used a max of -INFINITY (expf(-inf - -inf) = NaN) or a sum of 0 (x / 0): it still "
+                    "had the empty state (-INFINITY, 0). Either that state was rescaled or divided "
+                    "without a guard, or the thread never received the row's max or sum (a reduction "
+                    "across lanes must reach every lane that uses it: a butterfly of __shfl_xor_sync).")
         if np.isfinite(got).all() and not np.any(got) and np.any(want):
             return f"{name} is all zeros: the result is computed but never stored, or stored elsewhere."
         if got.ndim >= 2 and np.isfinite(got).all() and name != "lse":

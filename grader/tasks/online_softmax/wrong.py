@@ -23,6 +23,14 @@ WRONG = [
           ),
           expect=('whole rows of y are NaN', 'expf(-inf - -inf)',),
           cases=('masked_entries', 'fully_masked_rows',)),
+    Wrong(EX, 'merge_keeps_own_sum_unscaled',
+          'merge rescales only the incoming sum, not its own, when the max grows',
+          edits=(
+              ('    l = l * expf(m - m_new) + l2 * expf(m2 - m_new);\n',
+               '    l = l + l2 * expf(m2 - m_new);         // BUG: l was measured against the old max\n'),
+          ),
+          expect=('merge (TODO 1) does not rescale its own sum l',),
+          cases=('fewer_than_a_warp', 'prime_length',)),
     Wrong(EX, 'no_max_subtraction',
           'the merge measures every sum against 0 instead of the running max',
           edits=(
