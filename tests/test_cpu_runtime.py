@@ -9,6 +9,7 @@ import platform
 import re
 from pathlib import Path
 
+import markers
 import numpy as np
 import pytest
 
@@ -23,14 +24,11 @@ needs_nvrtc = pytest.mark.skipif(not cpu_nvrtc.available(), reason="NVRTC is not
 
 
 def line_of(marker: str) -> int:
-    for i, line in enumerate(Path(__file__).read_text().splitlines(), 1):
-        if f"// @{marker}" in line:
-            return i
-    raise AssertionError(marker)
+    return markers.line_of(__file__, marker)
 
 
 def at(marker: str) -> str:
-    return f"{HERE}:{line_of(marker)}"
+    return markers.at(__file__, marker)
 
 
 @pytest.fixture(scope="module")

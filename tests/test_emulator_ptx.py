@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import markers
 import numpy as np
 import pytest
 
@@ -22,14 +23,11 @@ ASYNC_POISON = 0x7FA57FA5
 
 
 def line_of(marker: str) -> int:
-    for i, line in enumerate(Path(__file__).read_text().splitlines(), 1):
-        if f"// @{marker}" in line:
-            return i
-    raise AssertionError(marker)
+    return markers.line_of(__file__, marker)
 
 
 def at(marker: str) -> str:
-    return f"{HERE}:{line_of(marker)}"
+    return markers.at(__file__, marker)
 
 
 @pytest.fixture(scope="module")
