@@ -16,6 +16,7 @@ IDS = (
     "03_flash_causal",
     "04_splitkv_decode",
     "05_paged_decode",
+    "06_flash_tensor_cores",
 )
 
 

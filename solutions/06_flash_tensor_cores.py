@@ -21,6 +21,7 @@ The given helpers wrap the PTX instructions (mma_16816, ldmatrix_x4, ldmatrix_x4
 and the tile loads; you write the two products on fragments and the online softmax on fragment rows.
 The tile sizes are stated once, in CONFIG (below the kernel), per head dimension.
 """
+import functools
 
 KERNEL = r"""
 #include <cuda_fp16.h>
@@ -407,7 +408,7 @@ flash_tc(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_
 #            255 and spill, and run 8% slower without causal, 15% with).
 #   d = 64:  4 warps of 32 rows (2 MMA row tiles share each K and V fragment read from shared memory),
 #            Q in registers.
-# Chosen by scripts/try_06_gpu.py's sweep on an H100 (2026-11-23, B=2, H=16, N=4096, float16).
+# Chosen by timing these and seven other settings per d on an H100 (2026-11-23, B=2, H=16, N=4096, float16).
 CONFIG = {
     64: dict(BLOCK_M=128, BLOCK_N=64, WARPS=4, Q_IN_REGS=1),
     128: dict(BLOCK_M=128, BLOCK_N=64, WARPS=8, Q_IN_REGS=1),
@@ -419,6 +420,24 @@ ELEMENT_BYTES = 2
 
 def cdiv(a, b):
     return (a + b - 1) // b
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(rt, d, elem, config):
+    """One build per head dimension, element type and CONFIG (compiled and looked up once, not on
+    every call: the host work would otherwise add a visible fraction of a millisecond per call).
+    config is CONFIG[d]'s items as a tuple, so that the cache can key on it."""
+    options = tuple(f"-D{key}={int(val)}" for key, val in config)   # the tile sizes: the kernel's macros
+    options += (f"-DUSE_BF16={int(elem == 'bfloat16')}",
+                # Flush float32 denormals to zero: exp2f is then one MUFU.EX2 instruction, without the
+                # range fix-up around it (p < 2^-126 becomes 0; FlashAttention-2 builds with fast math).
+                "-ftz=true")
+    name = f"flash_tc<{d}>"
+    kernel = rt.compile(KERNEL, options=options, name_expressions=[name]).get_function(name)
+    smem = shared_bytes(d)
+    if smem > 48 * 1024:                          # past 48 KB a kernel must opt in
+        kernel.max_dynamic_shared_size_bytes = smem
+    return kernel
 
 
 def nthreads(d):
@@ -469,24 +488,15 @@ def flash_tc(rt, q, k, v, scale, causal=False, dtype=None):
         raise ValueError(f"head_dim {d} is not supported (choose one of {HEAD_DIMS})")
     if not all(x.flags.c_contiguous for x in (q, k, v)):
         raise ValueError("q, k and v must be contiguous (cp.async copies rows in 16-byte pieces)")
+    if not scale > 0:
+        raise ValueError(f"scale must be positive, got {scale}: the kernel takes the row max of the "
+                         "unscaled scores and scales it after, which keeps it the max only for scale > 0")
     elem = element_type(q, k, v, dtype)
 
-    cfg = CONFIG[d]
-    options = tuple(f"-D{key}={int(val)}" for key, val in cfg.items())   # the tile sizes: the kernel's macros
-    options += (f"-DUSE_BF16={int(elem == 'bfloat16')}",
-                # Flush float32 denormals to zero: exp2f is then one MUFU.EX2 instruction, without the
-                # range fix-up around it (p < 2^-126 becomes 0; FlashAttention-2 builds with fast math).
-                "-ftz=true")
-    name = f"flash_tc<{d}>"
-    kernel = rt.compile(KERNEL, options=options, name_expressions=[name]).get_function(name)
+    kernel = _kernel(rt, d, elem, tuple(CONFIG[d].items()))
     o = rt.empty(q.shape, q.dtype)
     lse = rt.empty((B, H, n_q), "float32")
-
-    grid = (cdiv(n_q, cfg["BLOCK_M"]), H, B)
-    block = (nthreads(d),)
-    smem = shared_bytes(d)
-    if smem > 48 * 1024:                          # past 48 KB a kernel must opt in
-        kernel.max_dynamic_shared_size_bytes = smem
-    kernel(grid, block, (q, k, v, o, lse, rt.int32(H), rt.int32(H_kv), rt.int32(n_q), rt.int32(n_k),
-                         rt.float32(scale), rt.int32(int(bool(causal)))), shared_mem=smem)
+    grid = (cdiv(n_q, CONFIG[d]["BLOCK_M"]), H, B)
+    kernel(grid, (nthreads(d),), (q, k, v, o, lse, rt.int32(H), rt.int32(H_kv), rt.int32(n_q), rt.int32(n_k),
+                         rt.float32(scale), rt.int32(int(bool(causal)))), shared_mem=shared_bytes(d))
     return o, lse

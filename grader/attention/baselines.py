@@ -64,3 +64,54 @@ def copy_bandwidth(b: BenchContext):
     src, dst = _copy_buffers[n]
     dst[...] = src
     return dst
+
+
+# ---- half precision (module 06) -------------------------------------------------------------------
+
+def lowp_naive_cublas(b: BenchContext) -> dict:
+    """Naive attention in float16 on cuBLAS: S = Q Kᵀ in float16 (materialised), softmax in float32,
+    P rounded to float16, P V. CuPy has no bfloat16 matmul, so a bfloat16 case has no such baseline."""
+    if b.params.get("dtype") != "float16":
+        raise TypeError("CuPy has no bfloat16 matmul: no cuBLAS baseline for bfloat16")
+    xp = b.rt.xp
+    q, k, v, scale = b.inputs["q"], b.inputs["k"], b.inputs["v"], b.inputs["scale"]
+    group = q.shape[1] // k.shape[1]
+    if group > 1:
+        k, v = xp.repeat(k, group, axis=1), xp.repeat(v, group, axis=1)
+    s = xp.matmul(q, xp.swapaxes(k, -1, -2)).astype(xp.float32) * xp.float32(scale)
+    if b.params.get("causal"):
+        n_q, n_k = s.shape[-2:]
+        s += xp.where(xp.arange(n_k)[None, :] > xp.arange(n_q)[:, None] + (n_k - n_q),
+                      xp.float32(-xp.inf), xp.float32(0.0))
+    m = s.max(axis=-1, keepdims=True)
+    p = xp.exp(s - m)
+    l = p.sum(axis=-1, keepdims=True)
+    return {"o": xp.matmul((p / l).astype(xp.float16), v), "lse": (m + xp.log(l))[..., 0]}
+
+
+_torch_inputs: dict = {}
+
+
+def torch_sdpa(backend: str):
+    """torch.nn.functional.scaled_dot_product_attention with one backend (FLASH_ATTENTION: FlashAttention-2;
+    CUDNN_ATTENTION), on the same device memory through DLPack. Raises, and the bench says so, when
+    PyTorch is not importable or the backend refuses the case."""
+    def run(b: BenchContext) -> dict:
+        try:
+            import torch
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+        except ImportError:
+            raise RuntimeError("PyTorch is not importable here: no torch baseline") from None
+        key = (id(b.inputs["q"]), b.params.get("dtype"))
+        if key not in _torch_inputs:
+            _torch_inputs.clear()
+            as_type = torch.bfloat16 if b.params.get("dtype") == "bfloat16" else torch.float16
+            _torch_inputs[key] = tuple(torch.from_dlpack(b.inputs[x]).view(as_type) for x in ("q", "k", "v"))
+        q, k, v = _torch_inputs[key]
+        with sdpa_kernel(getattr(SDPBackend, backend)):
+            o = torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=bool(b.params.get("causal")), scale=b.inputs["scale"],
+                enable_gqa=q.shape[1] != k.shape[1])
+        return {"o": o}
+    run.__name__ = f"torch_{backend.lower()}"
+    return run

@@ -28,7 +28,9 @@ def contradictions(message: str, params: dict, inputs: dict, ref: dict, config: 
     out = []
     lse = np.asarray(ref.get("lse", np.zeros(0)), np.float64)
     top = float(lse[np.isfinite(lse)].max(initial=-np.inf))
-    declared = {int(v) for k, v in (config or {}).items() if k in ("BLOCK_M", "BLOCK_N") and isinstance(v, int)}
+    from ..attention.replays import kernel_config
+    declared = {int(v) for k, v in kernel_config(config, params).items()
+                if k in ("BLOCK_M", "BLOCK_N") and isinstance(v, int)}
 
     for m in re.finditer(r"tiles? of (\d+)(?: queries × (\d+) keys)?", message):
         sizes = {int(g) for g in m.groups() if g}

@@ -17,6 +17,7 @@ class Context:
     out: dict                  # NumPy outputs of the student's kernel
     cmp: dict                  # name -> Comparison
     config: dict = field(default_factory=dict)   # the checked file's CONFIG (its tile sizes), if any
+    noise: float = 0.0         # the relative rounding error of a correct kernel (low precision), or 0
 
 
 def _rows(mask: np.ndarray) -> np.ndarray:
@@ -90,6 +91,32 @@ def unwritten_pattern(name: str, unwritten: np.ndarray) -> str | None:
     return None
 
 
+def misplaced_rows(name: str, got: np.ndarray, want: np.ndarray, tol: float) -> str | None:
+    """Wrong rows that each hold another row's right answer (same batch entry and head): the results
+    are right but stored at the wrong row."""
+    if got.ndim < 2 or not np.isfinite(got).all():
+        return None
+    g = got.reshape(-1, *got.shape[-2:])
+    w = np.where(np.isfinite(want), want, 0.0).reshape(g.shape)
+    scale = max(float(np.abs(w).max(initial=0)), 1e-30)
+    found, bad = [], 0
+    for blk in range(g.shape[0]):
+        err = np.abs(g[blk][:, None, :] - w[blk][None, :, :]).max(axis=-1) / scale   # [row, other row]
+        for i in np.flatnonzero(err[np.arange(len(err)), np.arange(len(err))] > tol):
+            bad += 1
+            others = [int(j) for j in np.flatnonzero(err[i] <= tol) if j != i]
+            if others:
+                found.append((blk, int(i), others[0]))
+    if not bad or len(found) < 0.75 * bad:
+        return None
+    blk, i, j = found[0]
+    lead = np.unravel_index(blk, got.shape[:-2]) if got.ndim > 2 else ()
+    where = ", ".join(str(int(x)) for x in (*lead, i))
+    return (f"{len(found)} wrong rows of {name} each hold another row's right answer ({name}[{where}] is "
+            f"row {j}'s): the values are computed right but stored at the wrong row. Check the row index "
+            "of the store: which row a thread (or a fragment's register) holds.")
+
+
 def generic(ctx: Context) -> str | None:
     cause = overflow(ctx)
     if cause:
@@ -139,6 +166,9 @@ def generic(ctx: Context) -> str | None:
                     "across lanes must reach every lane that uses it: a butterfly of __shfl_xor_sync).")
         if np.isfinite(got).all() and not np.any(got) and np.any(want):
             return f"{name} is all zeros: the result is computed but never stored, or stored elsewhere."
+        moved = misplaced_rows(name, got, want, max(1e-3, 3 * ctx.noise)) if name != "lse" else None
+        if moved:
+            return moved
         if got.ndim >= 2 and np.isfinite(got).all() and name != "lse":
             g2 = got.reshape(-1, got.shape[-1])
             w2 = want.reshape(-1, want.shape[-1])

@@ -189,7 +189,10 @@ def check_launch(kernel: str, grid, block, shared_mem, max_threads=1024) -> tupl
 # The NaN that rt.empty() is filled with while grading: a quiet NaN with a payload no arithmetic
 # produces (a GPU's computed NaN is 0x7fffffff, x86's 0xffc00000), so "never written" can be told
 # apart from "computed as NaN".
-POISON_BITS = {4: 0x7FC0DEAD, 8: 0x7FF80000DEADDEAD}
+POISON_BITS = {2: 0x7E5E, 4: 0x7FC0DEAD, 8: 0x7FF80000DEADDEAD}
+# NumPy has no bfloat16: such outputs are uint16 arrays of bf16 bits, poisoned with a bf16 NaN of
+# the same kind (grader/attention/lowp.py turns it into float32's poison when it widens the output).
+BF16_POISON_BITS = 0x7FDE
 
 
 def is_poison(a) -> np.ndarray:
@@ -230,6 +233,8 @@ class Runtime:
         if dt.kind == "f" and dt.itemsize in POISON_BITS:
             bits = np.dtype(f"u{dt.itemsize}")
             return self.xp.full(shape, POISON_BITS[dt.itemsize], dtype=bits).view(dt)
+        if dt == np.uint16:
+            return self.xp.full(shape, BF16_POISON_BITS, dtype=dt)
         fill = np.nan if dt.kind in "fc" else (np.iinfo(dt).min if dt.kind in "iu" else 0)
         return self.xp.full(shape, fill, dtype=dt)
 

@@ -4,7 +4,9 @@
     checks.py     CASES (small to large, unique names), TOLERANCES {output: spec.Tolerance},
                   make_inputs(params, rng) -> NumPy inputs, reference(inputs, params) -> float64
                   outputs, call(fn, rt, inputs, params) -> outputs; optionally diagnose(ctx),
-                  valid(params) and SHRINK_KEYS for shrinking
+                  valid(params), SHRINK_KEYS for shrinking, tolerances(inputs, params, ref)
+                  -> {output: Tolerance} when the tolerance depends on the case, and
+                  widen(outputs, params) -> float32 NumPy outputs when the kernel writes a 2-byte type
     bench.py      BENCH: a list of spec.BenchCase for `grader bench`
     wrong.py      WRONG: the wrong versions the checks must reject (grader.wrong.Wrong)
     notebook.py   CELLS: the class notebook's cells, from which notebooks/ID.ipynb is generated
