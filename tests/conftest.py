@@ -23,3 +23,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def rt():
+    """The CPU emulator's runtime, one per test module (a module may define its own rt instead)."""
+    from grader.runtimes.cpu import CpuRuntime
+    return CpuRuntime()

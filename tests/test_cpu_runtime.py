@@ -32,11 +32,6 @@ def at(marker: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def rt():
-    return CpuRuntime()
-
-
-@pytest.fixture(scope="module")
 def rt_plain():
     """Without NVRTC, to reach the emulator's own checks with code NVRTC cannot see headers for."""
     return CpuRuntime(use_nvrtc=False)

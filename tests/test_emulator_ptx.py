@@ -13,8 +13,8 @@ import markers
 import numpy as np
 import pytest
 
+from grader.attention.lowp import bf16_bits, bf16_value
 from grader.runtimes.base import CompileError, KernelFault, LaunchError, register_origin
-from grader.runtimes.cpu import CpuRuntime
 from grader.runtimes.cpu import ptx as cpu_ptx
 
 register_origin(__file__)
@@ -28,21 +28,6 @@ def line_of(marker: str) -> int:
 
 def at(marker: str) -> str:
     return markers.at(__file__, marker)
-
-
-@pytest.fixture(scope="module")
-def rt():
-    return CpuRuntime()
-
-
-def bf16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 bits (round to nearest even), as uint16."""
-    u = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def bf16_value(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -591,9 +576,8 @@ REFUSED = {
                '  asm("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%0,%1}, {%2,%2,%2,%2}, '
                '{%2,%2}, {%2,%2};" : "=r"(d[0]), "=r"(d[1]) : "r"(a));\n}\n',
                "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16", 3),
-    "wmma": ('#include <mma.h>\nextern "C" __global__ void f(float* x) {\n'
-             '  nvcuda::wmma::fill_fragment(x, 0.f);\n}\n', None, 3),
 }
+# WMMA is supported now; its refused shapes and types are tested in tests/test_emulator_wmma.py.
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED))
@@ -603,10 +587,7 @@ def test_unsupported_inline_ptx_is_refused_with_the_instruction_and_its_line(rt,
         rt.compile(src)
     msg = str(e.value)
     assert f"kernel.cu:{line}:" in msg and "not supported" in msg
-    if instr:
-        assert f"inline PTX `{instr}" in msg and "mma.sync" in msg
-    else:
-        assert "wmma" in msg
+    assert f"inline PTX `{instr}" in msg and "mma.sync" in msg
 
 
 def test_rewrite_keeps_every_line_and_reads_the_operand_forms():

@@ -142,6 +142,10 @@ def load(path: Path) -> ctypes.CDLL:
         lib.cudaemu_take_output.argtypes = [ctypes.c_char_p, ctypes.c_uint64]
         lib.cudaemu_set_quiet.argtypes = [ctypes.c_int]
         lib.cudaemu_set_trap_invalid.argtypes = [ctypes.c_int]
+        lib.cudaemu_set_arrays.restype = ctypes.c_int
+        lib.cudaemu_set_arrays.argtypes = [ctypes.POINTER(ctypes.c_uint64),
+                                           ctypes.POINTER(ctypes.c_uint64),
+                                           ctypes.POINTER(ctypes.c_int32), ctypes.c_int]
         # Both sides build the record from the same header, so a mismatch means a library built
         # from an older one.
         if lib.cudaemu_fault_record_size() != ctypes.sizeof(FaultRecord):

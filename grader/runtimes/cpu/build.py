@@ -127,7 +127,7 @@ def strip_code(src: str) -> str:
 
 
 # Inline PTX (`asm`) is not here: ptx.py runs the subset tensor-core kernels use (mma.sync,
-# ldmatrix, cp.async ...) and refuses any other instruction with its line.
+# ldmatrix, cp.async ...) and refuses any other instruction with its line. Nor is WMMA (below).
 _UNSUPPORTED = [
     (r"\b__pipeline_\w+|\bmemcpy_async\b|\bcuda::pipeline\b|\bcuda::barrier\b",
      "asynchronous copies (__pipeline_*, memcpy_async, cuda::pipeline)",
@@ -146,10 +146,11 @@ _UNSUPPORTED = [
      "Read the array through an ordinary pointer."),
     (r"<<<", "dynamic parallelism (a kernel launching a kernel)",
      "Launch every kernel from Python."),
-    (r"\bwmma\s*::|\bmma_sync\s*\(",
-     "tensor-core matrix operations (wmma)",
-     "Write the tile product as loops; run on a GPU to use tensor cores."),
 ]
+# WMMA (<mma.h>) is not here either: csrc/emu/wmma.h runs m16n16k16 with __half / bf16 inputs and
+# float accumulators, and refuses the other shapes and types with a static_assert whose message
+# starts with this; a failed build that contains it becomes that message at the student's line.
+REFUSAL_PREFIX = "CPU emulator: "
 
 
 def check_unsupported(source: str) -> None:
@@ -250,6 +251,43 @@ def _defines(options) -> list[str]:
     return out
 
 
+_STATIC_ASSERT = re.compile(
+    r"static.assert(?:ion)? failed[^\n]*?(?:: |\")(" + re.escape(REFUSAL_PREFIX) + r'[^\n"]*)')
+_LOCATION = re.compile(r"^(.+?):(\d+):(?:\d+:)?\s+(?:required from|note: in instantiation|"
+                       r"note: in .* requested here|note: .*requested here)", re.M)
+
+
+def emulator_refusal(log: str, code: str) -> str | None:
+    """'file:line: message' when the host compiler stopped at one of the emulator's own refusals
+    (a static_assert in csrc/emu/, e.g. a WMMA shape it does not run), else None.
+
+    The line is the first place in the student's file on the way to the assertion: GCC lists
+    "file:line:col:   required from here" (and "required from 'f<...>'" for templates), clang
+    "file:line:col: note: in instantiation ... requested here".
+    """
+    m = _STATIC_ASSERT.search(log)
+    if not m:
+        return None
+    message = m.group(1).strip()
+    d = re.search(r'^#line (\d+) "(.*)"[ \t]*$', code, re.M)
+    student = d.group(2) if d else "kernel.cu"
+    before = log[:m.start()]
+    start = before.rfind("In instantiation of")
+    start = before.rfind("\n", 0, start) + 1 if start >= 0 else 0
+    place = None
+    for loc in _LOCATION.finditer(log, start, m.start()):
+        if os.path.basename(loc.group(1)) == os.path.basename(student):
+            place = f"{student}:{loc.group(2)}"
+            break
+    if place is None:   # clang names the place after the error
+        for loc in _LOCATION.finditer(log, m.end()):
+            if os.path.basename(loc.group(1)) == os.path.basename(student):
+                place = f"{student}:{loc.group(2)}"
+                break
+    advice = "" if "--backend gpu" in message else " (Or run on a GPU: --backend gpu.)"
+    return f"{place + ': ' if place else ''}{message}{advice}"
+
+
 @dataclass
 class Built:
     path: Path
@@ -307,10 +345,13 @@ def build(code: str, exprs: list[str], names: list[str], options=(), nvrtc_check
             src = tmp / "kernel.cpp"
             src.write_text(text)
             return [cxx, *flags, "-shared", "-I", str(INCLUDE), "-include", str(HEADER),
-                    str(src), str(rt_obj), "-o", str(out), "-lm"]
+                    str(src), str(rt_obj), "-o", str(out), "-lm", "-ldl"]
 
         def fail(log, tmp):
             log = log.replace(str(tmp) + os.sep, "")
+            refused = emulator_refusal(log, code)
+            if refused:
+                raise CompileError(refused)
             if nvrtc_checked:
                 raise CompileError(
                     "NVRTC accepts this kernel, but the CPU emulator cannot build it: it uses "

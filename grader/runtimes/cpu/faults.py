@@ -74,11 +74,23 @@ def launch_fault(kernel, rec: FaultRecord, args, arg_slot, bufs, smem, shared_me
     elif rec.kind == F_SETUP:
         msg = f"the emulator could not start the launch: {text}"
     else:
-        msg = text
+        msg = _name_arguments(text, kernel, args)
     fault = KernelFault(f"{place or 'line unknown'}: {kernel.name}: {msg}{via} ({who}){what}")
     fault.place = place
     fault.fpe_invalid = rec.kind == F_FPE and rec.si_code == 7
     return fault
+
+
+def _name_arguments(text: str, kernel, args) -> str:
+    """The runtime's "array argument 2 (1024 bytes)" with the parameter's type and name."""
+    def name(m):
+        i = int(m.group(1)) - 1
+        if not 0 <= i < len(kernel.params) or not 0 <= i < len(args):
+            return m.group(0)
+        p, a = kernel.params[i], args[i]
+        return (f"argument {i + 1} ({p.ctype} {p.name}: {getattr(a, 'size', '?')} "
+                f"{getattr(a, 'dtype', '')} elements, {m.group(2)} bytes)")
+    return re.sub(r"\barray argument (\d+) \((\d+) bytes\)", name, text)
 
 
 def _is_definition(module, line: int) -> bool:

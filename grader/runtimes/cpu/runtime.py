@@ -280,6 +280,12 @@ class CpuRuntime(Runtime):
                     holders.append(ctypes.create_string_buffer(raw, max(len(raw), 8)))
             argv = (ctypes.c_void_p * max(1, len(holders)))(
                 *[ctypes.cast(ctypes.pointer(h), ctypes.c_void_p) for h in holders])
+            # The buffers and their argument positions, for the tile checks of WMMA loads/stores.
+            n = len(bufs)
+            lib.cudaemu_set_arrays((ctypes.c_uint64 * max(1, n))(*[b.addr for b in bufs]),
+                                   (ctypes.c_uint64 * max(1, n))(*[a.nbytes for a in arrays]),
+                                   (ctypes.c_int32 * max(1, n))(
+                                       *[arg_slot.index(i) + 1 for i in range(n)]), n)
 
             def copy_in():
                 for a, v, b in zip(arrays, views, bufs):

@@ -7,9 +7,9 @@
 // fibers.
 //
 // The build force-includes this umbrella before the student's code; the content lives in emu/,
-// one header per topic, each including what it needs. A new topic (say tensor-core mma.h) goes
-// beside them and is listed here. The student's own #include <cuda_fp16.h> ... find the empty
-// stand-ins in include/.
+// one header per topic, each including what it needs. A new topic goes beside them and is listed
+// here. The student's own #include <cuda_fp16.h> ... find the empty stand-ins in include/, except
+// <mma.h>, whose stand-in brings in emu/wmma.h (the WMMA API), as only such kernels see it in CUDA.
 #pragma once
 
 #include "emu/core.h"                // system headers, helper macros, qualifiers

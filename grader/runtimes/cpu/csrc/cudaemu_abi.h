@@ -21,7 +21,7 @@
   X(INTERRUPT, 10) /* Ctrl-C during the launch */                                              \
   X(STACK, 11)     /* a thread ran past its fiber stack into the guard page */                 \
   X(SETUP, 12)     /* the emulator could not start the launch */                              \
-  X(PTX, 13)       /* inline PTX misused: bad shared address, read before cp.async's wait */
+  X(PTX, 13)       /* inline PTX or WMMA misused: bad address or ldm, read before a wait */
 
 // Shared memory starts every block filled with this signalling NaN, so a read of a word that no
 // thread wrote becomes a NaN with a payload Python recognises in the outputs. POISON64 is what a
@@ -74,7 +74,10 @@
   X(REDUCE_XOR, "__reduce_xor_sync")                                                           \
   X(MATCH_ANY, "__match_any_sync")                                                             \
   X(MMA, "mma.sync")          /* inline PTX (emu/mma.h): every lane of the warp, same line */  \
-  X(LDMATRIX, "ldmatrix.sync")
+  X(LDMATRIX, "ldmatrix.sync")                                                                 \
+  X(WMMA_LOAD, "wmma::load_matrix_sync")   /* <mma.h> (emu/wmma.h): every lane, same line */  \
+  X(WMMA_STORE, "wmma::store_matrix_sync")                                                     \
+  X(WMMA_MMA, "wmma::mma_sync")
 
 // Block barriers (__cudaemu_syncthreads_op's first argument), codes 0, 1, ...
 #define CUDAEMU_BARRIER_OPS(X)                                                                \
@@ -82,3 +85,12 @@
   X(COUNT, "__syncthreads_count")                                                              \
   X(AND, "__syncthreads_and")                                                                  \
   X(OR, "__syncthreads_or")
+
+// What __cudaemu_locate finds at a pointer (WMMA's loads and stores check a whole tile with it).
+#define CUDAEMU_MEM_KINDS(X)                                                                  \
+  X(SHARED, 1)     /* inside the block's shared memory (static or dynamic) */                  \
+  X(ARRAY, 2)      /* inside one array argument of the launch */                               \
+  X(LIBRARY, 3)    /* in the kernel library's own data: a __device__ variable, size unknown */  \
+  X(OVERRUN, 4)    /* overlaps an array argument or shared memory without fitting in it */      \
+  X(LOCAL, 5)      /* on a thread's stack: a local variable */                                 \
+  X(UNKNOWN, 6)

@@ -16,6 +16,7 @@
 // on a fresh stack, which hands control back to the scheduler. No longjmp is involved, so
 // _FORTIFY_SOURCE's longjmp checks cannot trip.
 
+#include <dlfcn.h>  // dladdr: is a pointer in the kernel library's own data (__device__ arrays)?
 #include <errno.h>
 #include <stdarg.h>
 #include <signal.h>
@@ -130,6 +131,10 @@ struct Warp {
 // A warp-wide instruction of inline PTX (mma.sync, ldmatrix): each lane arrives with a pointer to
 // its registers, and the last to arrive calls this with all 32 of them (see emu/mma.h).
 typedef void (*GatherFn)(void* const* lanes, int param, const char* file, int line);
+
+#define X(name, value) MEM_##name = value,
+enum MemKind { CUDAEMU_MEM_KINDS(X) };
+#undef X
 
 #define X(name, cuda_name) B_##name,
 enum BarrierOp { CUDAEMU_BARRIER_OPS(X) B_NOPS };
@@ -772,6 +777,78 @@ extern "C" HIDDEN void* __cudaemu_shared_generic(uint64_t a, const char* file, i
   return p;
 }
 
+// The launch's array arguments (cpu/runtime.py hands them over before each launch), so that an
+// instruction reading a whole tile through one pointer (WMMA's load_matrix_sync and
+// store_matrix_sync) can check the tile against the buffer before touching it.
+struct ArrayArg {
+  uintptr_t lo, hi;  // the guarded copy's bytes
+  int arg;           // the (first) argument position it is passed at, from 1
+};
+static ArrayArg* array_args;
+static int n_array_args, cap_array_args;
+
+EXPORT int cudaemu_set_arrays(const uint64_t* addr, const uint64_t* bytes, const int32_t* arg,
+                              int n) {
+  if (n > cap_array_args) {
+    ArrayArg* p = (ArrayArg*)realloc(array_args, sizeof(ArrayArg) * (size_t)n);
+    if (!p) return -1;
+    array_args = p;
+    cap_array_args = n;
+  }
+  for (int i = 0; i < n; ++i)
+    array_args[i] = {(uintptr_t)addr[i], (uintptr_t)(addr[i] + bytes[i]), (int)arg[i]};
+  n_array_args = n;
+  return 0;
+}
+
+// Where the `n` bytes at `p` are (a __CUDAEMU_MEM_* code, cudaemu_abi.h). For OVERRUN, *arg is
+// the array argument (0 for shared memory) the range overlaps without fitting in, *offset where
+// the range starts relative to that buffer and *size the buffer's bytes.
+extern "C" HIDDEN int __cudaemu_locate(const void* p, uint64_t n, int* arg, int64_t* offset,
+                                       uint64_t* size) {
+  const char* c = (const char*)p;
+  *arg = 0;
+  *offset = 0;
+  *size = 0;
+  if (in_static(c, n) || in_dynamic(c, n)) return MEM_SHARED;
+  for (int i = 0; i < n_array_args; ++i) {
+    const ArrayArg* a = &array_args[i];
+    if ((uintptr_t)c >= a->lo && (uintptr_t)c + n <= a->hi) {
+      *arg = a->arg;
+      return MEM_ARRAY;
+    }
+  }
+  // Overlapping a buffer without fitting in it: past an end (or before a start).
+  for (int i = 0; i < n_array_args; ++i) {
+    const ArrayArg* a = &array_args[i];
+    if ((uintptr_t)c < a->hi && (uintptr_t)c + n > a->lo) {
+      *arg = a->arg;
+      *offset = (int64_t)((uintptr_t)c - a->lo);
+      *size = a->hi - a->lo;
+      return MEM_OVERRUN;
+    }
+  }
+  if (smem_dyn && c < smem_dyn + smem_dyn_bytes && c + n > smem_dyn) {
+    *offset = (int64_t)(c - smem_dyn);
+    *size = smem_dyn_bytes;
+    return MEM_OVERRUN;
+  }
+  if (smem_static_lo && c < smem_static_hi && c + n > smem_static_lo) {
+    *offset = (int64_t)(c - smem_static_lo);
+    *size = (uint64_t)(smem_static_hi - smem_static_lo);
+    return MEM_OVERRUN;
+  }
+  for (int i = 0; i < block_threads; ++i)
+    if (c >= fibers[i].stack_lo && c < fibers[i].stack_hi) return MEM_LOCAL;
+  // A __device__ (or __constant__) variable is a global of the kernel library: accepted, though
+  // its size is not known here.
+  Dl_info mine, theirs;
+  if (dladdr((void*)&__cudaemu_locate, &mine) && dladdr(p, &theirs) &&
+      mine.dli_fbase == theirs.dli_fbase)
+    return MEM_LIBRARY;
+  return MEM_UNKNOWN;
+}
+
 // Warp-wide instructions: all 32 lanes arrive with their registers; the last one computes.
 extern "C" HIDDEN void __cudaemu_warp_gather(int op, int param, void* data, GatherFn fn,
                                              const char* file, int line) {
@@ -984,7 +1061,9 @@ static int describe_stuck(int nthreads) {
              lane_list(w->arrived & group, lanes, sizeof lanes), wi,
              WARP_OP_NAMES[w->op[first]], w->mask[first],
              lane_list(missing, lanes2, sizeof lanes2));
-    bool whole = w->op[first] == W_MMA || w->op[first] == W_LDMATRIX;
+    bool whole = w->op[first] == W_MMA || w->op[first] == W_LDMATRIX ||
+                 w->op[first] == W_WMMA_LOAD || w->op[first] == W_WMMA_STORE ||
+                 w->op[first] == W_WMMA_MMA;
     if (exited && whole) {
       append_text("have already returned from the kernel. %s is a warp-wide .sync.aligned "
                   "instruction: all 32 lanes of the warp must execute it together. Move the "

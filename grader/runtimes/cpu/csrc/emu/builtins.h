@@ -47,6 +47,9 @@ __CUDAEMU_HIDDEN void __cudaemu_cp_async_wait(long long n, const char* file, int
 __CUDAEMU_HIDDEN void __cudaemu_cp_async_wait_all(void);
 __CUDAEMU_HIDDEN void __cudaemu_check_async_pending(const void* p, unsigned n, const char* what,
                                                     const char* file, int line);
+// WMMA (wmma.h): where a tile's bytes are, a __CUDAEMU_MEM_* code.
+__CUDAEMU_HIDDEN int __cudaemu_locate(const void* p, unsigned long long n, int* arg,
+                                      long long* offset, unsigned long long* size);
 }
 
 static constexpr int warpSize = 32;
@@ -54,4 +57,7 @@ static constexpr int warpSize = 32;
 // Fault kinds, for the kernel's own checks (checks.h): __CUDAEMU_F_TRAP ...
 #define __CUDAEMU_X(name, value) __CUDAEMU_F_##name = value,
 enum { CUDAEMU_FAULT_KINDS(__CUDAEMU_X) };
+#undef __CUDAEMU_X
+#define __CUDAEMU_X(name, value) __CUDAEMU_MEM_##name = value,
+enum { CUDAEMU_MEM_KINDS(__CUDAEMU_X) };
 #undef __CUDAEMU_X
