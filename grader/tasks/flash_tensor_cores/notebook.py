@@ -302,6 +302,40 @@ print("CONFIG sweep, d = 128, full: 8 warps x 16 rows, Q in registers: 0.907 ms;
 '''),
 
 md(r'''
+### The ladder: the speed after each idea
+
+The same kernel built one idea at a time (measured on the same H100 and day, float16, full, calls
+back to back, one run of 20): module 02's float32 kernel; `mma.sync` with fragments read by plain
+loads, tiles copied with plain loads, P through shared memory; then `ldmatrix`; P kept in registers;
+`cp.async` double buffering; the swizzle (the solution). Every step before the last reads shared
+memory with 8-way bank conflicts, which is why the last step gains the most: the earlier ideas pay
+off only once the shared-memory reads stop queueing.
+'''),
+
+code(r'''
+LADDER = {  # step: (ms at d = 64, ms at d = 128), H100 SXM, 2026-11-23, B=2, H=16, N=4096, float16
+    "module 02 (float32)": (4.879, 9.253),
+    "mma.sync": (2.022, 6.235),
+    "+ ldmatrix": (1.893, 5.437),
+    "+ P in registers": (1.258, 4.881),
+    "+ cp.async": (1.210, 4.749),
+    "+ swizzle (solution)": (0.454, 0.887),
+}
+FA2 = (0.453, 0.763)                               # torch FlashAttention-2, same run
+fig, ax = plt.subplots(figsize=(10, 4))
+steps = list(LADDER)
+for j, d in enumerate((64, 128)):
+    tf = [4.0 * B * H * N * N * d / (LADDER[s][j] * 1e-3) / 1e12 for s in steps]
+    ax.plot(range(len(steps)), tf, "o-", color=f"C{j}", label=f"this course's kernels, d = {d}")
+    ax.axhline(4.0 * B * H * N * N * d / (FA2[j] * 1e-3) / 1e12, color=f"C{j}", ls="--", lw=1,
+               label=f"FlashAttention-2, d = {d}")
+ax.set_xticks(range(len(steps)), steps, rotation=15, fontsize=8)
+ax.set_ylabel("TFLOP/s"); ax.legend(fontsize=8)
+ax.set_title("the speed after each idea, measured on an H100 (SXM) on 2026-11-23")
+plt.show()
+'''),
+
+md(r'''
 On a GPU, the kernel is timed here on the same shapes, two ways (CUDA events). **Back to back**: 20
 calls queued one after the other, the time between the first and the last divided by 20, as the
 figures above were taken; the host's work for a call (finding the compiled kernel, allocating o and
