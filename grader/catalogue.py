@@ -17,6 +17,8 @@ IDS = (
     "04_splitkv_decode",
     "05_paged_decode",
     "06_flash_tensor_cores",
+    "07_varlen_prefill",
+    "08_block_sparse",
 )
 
 
