@@ -5,7 +5,8 @@ b owns query tokens cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 and key tokens li
 like q; lse is [H, total_q]. Causal masks are bottom-right per sequence.
 
 Case parameters are scalars, so that a shape replays with --shape: `lens` is "a/b/c" (sequence b gets
-entry b % 3, as in decode), `lens_k` the same for the keys (default: `lens`).
+entry b % 3, as in decode), `lens_k` the same for the keys (default: `lens`); `max_seqlen` raises
+max_seqlen_q/k above the longest sequence (a grid with more idle blocks).
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def varlen_inputs(p: dict, rng: np.random.Generator) -> dict:
         q, k = q * stretch, k * stretch
     inputs = {"q": q.astype(np.float32), "k": k.astype(np.float32), "v": v.astype(np.float32),
               "cu_seqlens_q": cu_seqlens(lq), "cu_seqlens_k": cu_seqlens(lk),
-              "max_seqlen_q": max(lq), "max_seqlen_k": max(lk),
+              "max_seqlen_q": max(max(lq), p.get("max_seqlen", 0)), "max_seqlen_k": max(max(lk), p.get("max_seqlen", 0)),
               "scale": float(p.get("scale", 1.0 / math.sqrt(d))), "causal": bool(p.get("causal", False))}
     if p.get("padded_copy"):                        # bench: the same batch padded for module 03
         inputs.update(padded(inputs))
@@ -151,12 +152,22 @@ def boundary_causes(ctx) -> str | None:
                 continue
             o, lse = attend(inputs, keys=keys, offset=offset)
             if replays.matches(ctx, o=o, lse=lse) or replays.matches(ctx, o=o):
-                crossing = [b for b in range(len(sp)) if keys(b)[1] > sp[b][3]]
+                crossing = [b for b in range(len(sp)) if keys(b)[1] > sp[b][3] and sp[b][1]]
                 return (f"sequences read keys past their own end, into the next sequence's keys: the output "
                         f"matches rows that see keys up to {what} instead of n_k = cu_seqlens_k[b + 1] - "
                         f"cu_seqlens_k[b] (sequences {_lens_text(ctx, crossing[:4])}). In the packed layout "
                         f"the next sequence starts right after this one: bound the key loads, the loop and "
                         f"the mask by this sequence's n_k.")
+    # A top-left mask per sequence; with n_q <= n_k it equals keys counted by n_q, so say both then.
+    if inputs["causal"] and any(nq != nk for _, nq, _, nk in sp if nq):
+        if replays.matches(ctx, *attend(inputs, offset=lambda b: 0)):
+            same = replays.rel(attend(inputs, offset=lambda b: 0)[0],
+                               attend(inputs, keys=lambda b: (sp[b][2], min(sp[b][1], total_k - sp[b][2])))[0]) < 1e-9
+            return ("the causal mask is aligned top-left in each sequence (j <= i): it must be aligned "
+                    "bottom-right per sequence, query i sees key j iff j <= i + (n_k - n_q) with that "
+                    "sequence's n_q and n_k. They agree only when n_q == n_k, which is why the other "
+                    "cases pass." + (" (Counting the keys with n_q instead of n_k gives the same output "
+                                     "on this case: check that too.)" if same else ""))
     # Keys found through the query offsets, or counted by the query lengths.
     wrong_keys = [("k_begin = cu_seqlens_q[b] (the query offsets)", lambda b: (sp[b][0], sp[b][3])),
                   ("n_k = n_q (the query length)", lambda b: (sp[b][2], sp[b][1])),

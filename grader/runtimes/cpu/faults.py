@@ -164,6 +164,20 @@ def race_fault(kernel, args, arg_slot, slot, ref, got, idx, ndiff, sample, grid,
         "first element of the next row or tile.")
 
 
+def block_order_fault(kernel, args, arg_slot, slot, ref, got, idx, ndiff) -> KernelFault:
+    """Running the blocks last-first instead of first-last changed guarded buffer ``slot``."""
+    i, p, _ = _argument(kernel, args, arg_slot, slot)
+    where = np.unravel_index(idx, ref.shape) if ref.ndim > 1 else (idx,)
+    return KernelFault(
+        f"{kernel.name}: the result depends on the order in which the blocks run: running them last "
+        f"block first changed argument {i + 1} ({p.ctype} {p.name}) at index "
+        f"{tuple(int(x) for x in where)}: {_num(ref.flat[idx])} became {_num(got.flat[idx])} "
+        f"({ndiff} element(s) differ). Two blocks write the same elements, and on a GPU, where blocks "
+        "run in any order and at once, either may win. Every output element must belong to exactly one "
+        "block: look for a block that stores past its own part (a guard against the end of the whole "
+        "array, where the end of the block's own rows, sequence or split is due).")
+
+
 def canary_fault(kernel, args, arg_slot, slot, off, count) -> KernelFault:
     """``count`` bytes around guarded buffer ``slot`` were overwritten, from byte ``off``."""
     i, p, a = _argument(kernel, args, arg_slot, slot)

@@ -213,6 +213,9 @@ class CpuRuntime(Runtime):
         if race_check not in ("sample", "full", "off"):
             raise ValueError("race_check must be 'sample', 'full' or 'off'")
         self.race_check, self.race_blocks, self.seed = race_check, int(race_blocks), int(seed)
+        # Rerun every block in reverse order and compare (a task that needs it turns it on: blocks
+        # that write outside their own part of the output, over a neighbour's).
+        self.block_order_check = False
         self.use_nvrtc = _nvrtc.available() if use_nvrtc is None else bool(use_nvrtc)
         self.device_name = "CPU emulator (1 host thread)"
         self._pool = GuardedPool()
@@ -315,6 +318,8 @@ class CpuRuntime(Runtime):
             finally:
                 _flush_printf(lib)
             total = grid[0] * grid[1] * grid[2]
+            if self.block_order_check and total > 1:
+                self._block_order_check(kernel, run, copy_in, views, args, arg_slot, grid, total, lib)
             if self.race_check != "off" and block[0] * block[1] * block[2] > 1:
                 final = [v.copy() for v in views]
                 lib.cudaemu_set_quiet(1)   # the reruns would print everything again
@@ -342,6 +347,28 @@ class CpuRuntime(Runtime):
                 self._pool.give(b)
             if smem is not None:
                 self._smem_pool.give(smem)
+
+    def _block_order_check(self, kernel, run, copy_in, views, args, arg_slot, grid, total, lib) -> None:
+        """Run every block again, last block first: when two blocks write the same element, the
+        one that runs last wins, so the output changes. The first run's results are kept."""
+        final = [v.copy() for v in views]
+        atomics0 = lib.cudaemu_float_atomics()
+        lib.cudaemu_set_quiet(1)
+        try:
+            copy_in()
+            run(list(range(total - 1, -1, -1)), 0, " (while rerunning the blocks in reverse order)")
+        finally:
+            lib.cudaemu_set_quiet(0)
+        loose = lib.cudaemu_float_atomics() != atomics0
+        try:
+            for slot, (ref, v) in enumerate(zip(final, views)):
+                diff = _differs(ref, v, loose)
+                if diff is not None:
+                    ndiff = int(np.count_nonzero(~_same(ref, v)))
+                    raise _faults.block_order_fault(kernel, args, arg_slot, slot, ref, v, diff, ndiff)
+        finally:
+            for v, f in zip(views, final):
+                np.copyto(v, f)
 
     def _race_check(self, kernel, run, copy_in, views, args, arg_slot, grid, total) -> None:
         if self.race_check == "full" or total <= self.race_blocks:

@@ -32,6 +32,16 @@ def padded_03(b: BenchContext) -> dict:
     return {"o": o, "lse": lse}
 
 
+def fitted_grid(b: BenchContext) -> dict:
+    """The solution with max_seqlen_q and max_seqlen_k equal to the longest sequence: no idle block."""
+    i = b.inputs
+    longest = max(lengths(b.params))
+    o, lse = b.solution("07_varlen_prefill").varlen_prefill(
+        b.rt, i["q"], i["k"], i["v"], i["cu_seqlens_q"], i["cu_seqlens_k"], longest, longest, i["scale"],
+        causal=i["causal"])
+    return {"o": o, "lse": lse}
+
+
 def _case(name, **p):
     return BenchCase(name, p, flops=useful_flops(p), baselines={"03 solution, padded": padded_03})
 
@@ -39,4 +49,8 @@ def _case(name, **p):
 BENCH = [
     _case("64 prompts, 16 to 4096 tokens, causal", B=64, H=16, Hkv=4, d=128, lens=prompt_mix(), causal=True,
           padded_copy=True),
+    # What the simple grid costs: 64 one-token prompts launched over max_seqlen = 4096, so 63 of every
+    # 64 blocks find no query and leave at once; against the grid that fits them.
+    BenchCase("idle blocks: 64 one-token prompts, max_seqlen 4096", dict(B=64, H=16, Hkv=4, d=128, lens="1",
+              max_seqlen=4096), baselines={"solution, grid fitted (1 tile)": fitted_grid}),
 ]
