@@ -808,3 +808,30 @@ def test_a_per_thread_array_indexed_past_its_end_is_reported_with_its_line(rt):
         kern((1,), (32,), (x, y))
     msg = str(e.value)
     assert "index out of bounds of a fixed-size array" in msg and at("register_overrun") in msg, msg
+
+
+BLOCK_OWNERSHIP = r"""
+// Each block fills its own `per` elements; `spill` more elements past them is the bug under test.
+extern "C" __global__ void fill_rows(float* __restrict__ out, int per, int spill, int n)
+{
+    for (int e = threadIdx.x; e < per + spill; e += blockDim.x) {
+        const int i = blockIdx.x * per + e;
+        if (i < n) out[i] = (float)blockIdx.x + 1.0f;
+    }
+}
+"""
+
+
+def test_blocks_that_write_over_each_other_are_reported_when_asked():
+    rt = CpuRuntime(use_nvrtc=False)
+    fill = rt.compile(BLOCK_OWNERSHIP).get_function("fill_rows")
+    out = np.zeros(40, np.float32)
+    fill((4,), (32,), (out, rt.int32(10), rt.int32(0), rt.int32(40)))   # off by default, and no overlap
+    np.testing.assert_array_equal(out, np.repeat(np.arange(1, 5), 10))
+    rt.block_order_check = True
+    fill((4,), (32,), (out, rt.int32(10), rt.int32(0), rt.int32(40)))   # each block its own rows: fine
+    with pytest.raises(KernelFault, match=r"order in which the blocks run.*argument 1 \(float\* out\) at "
+                                          r"index \(10,\): 2 became 1 \(9 element"):
+        fill((4,), (32,), (out, rt.int32(10), rt.int32(3), rt.int32(40)))
+    rt.block_order_check = False                                         # the spill goes unseen again
+    fill((4,), (32,), (out, rt.int32(10), rt.int32(3), rt.int32(40)))
