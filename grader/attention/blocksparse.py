@@ -1,0 +1,517 @@
+"""Block-sparse attention (module 08): mask patterns, the float64 reference, inputs, and the replays
+of its bugs.
+
+A block mask is [B, H, ceil(Nq / rows), ceil(Nk / cols)] of uint8, one byte per mask block of `rows`
+queries × `cols` keys (block = (rows, cols)): query i sees key j iff
+
+    block_mask[b, h, i // rows, j // cols] != 0   and (not causal or j <= i + Nk - Nq)
+
+The pattern helpers return one head's mask, [ceil(Nq / rows), ceil(Nk / cols)] booleans; `for_heads`
+stacks one over [B, H] as uint8. Patterns combine with | and &:
+
+    m = local_window(n, n, (64, 64), window=256) | global_tokens(n, n, (64, 64), n_global=64)
+    block_mask = for_heads(m, B, H)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import references as R
+from . import replays, weights
+from .inputs import attention_inputs
+from .replays import attend, matches, rel, tiles
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def mask_shape(n_q: int, n_k: int, block) -> tuple[int, int]:
+    """(ceil(Nq / rows), ceil(Nk / cols)): the blocks of one head's mask."""
+    return cdiv(n_q, block[0]), cdiv(n_k, block[1])
+
+
+# ---- patterns: one head's mask, [ceil(Nq / rows), ceil(Nk / cols)] booleans ----------------------
+
+def _ranges(n: int, size: int, shift: int = 0):
+    """First and last index of each block of `size` over n positions (+ shift), as two arrays."""
+    first = np.arange(cdiv(n, size)) * size
+    return first + shift, np.minimum(first + size, n) - 1 + shift
+
+
+def full(n_q: int, n_k: int, block) -> np.ndarray:
+    """Every block kept: plain attention."""
+    return np.ones(mask_shape(n_q, n_k, block), bool)
+
+
+def local_window(n_q: int, n_k: int, block, window: int) -> np.ndarray:
+    """The blocks holding a key within `window` positions of a query, both ways. Queries are placed
+    bottom-right as in causal masks (query i at position i + Nk - Nq), so Nq < Nk means the last
+    queries of a sequence."""
+    p0, p1 = _ranges(n_q, block[0], n_k - n_q)           # query positions of each query block
+    c0, c1 = _ranges(n_k, block[1])                      # keys of each key block
+    return (c0[None, :] <= p1[:, None] + window) & (c1[None, :] >= p0[:, None] - window)
+
+
+def causal_blocks(n_q: int, n_k: int, block) -> np.ndarray:
+    """The blocks a bottom-right causal mask touches (some key j <= i + Nk - Nq). Alone it is
+    block-causal attention (whole blocks on the diagonal); with causal=True the kernel cuts the
+    diagonal blocks element by element."""
+    p1 = _ranges(n_q, block[0], n_k - n_q)[1]            # the last query position of each query block
+    c0 = _ranges(n_k, block[1])[0]                       # the first key of each key block
+    return c0[None, :] <= p1[:, None]
+
+
+def global_tokens(n_q: int, n_k: int, block, n_global: int) -> np.ndarray:
+    """The first n_global tokens are global: every query sees them (the key blocks that hold them),
+    and they see every key (the query blocks that hold them)."""
+    m = np.zeros(mask_shape(n_q, n_k, block), bool)
+    m[:, :cdiv(min(n_global, n_k), block[1])] = True
+    m[:cdiv(min(n_global, n_q), block[0]), :] = True
+    return m
+
+
+def strided(n_q: int, n_k: int, block, stride: int) -> np.ndarray:
+    """Every stride-th key block (the last of each group of `stride`), for every query block: the
+    "summary" columns of a strided sparse transformer."""
+    m = np.zeros(mask_shape(n_q, n_k, block), bool)
+    m[:, stride - 1::stride] = True
+    return m
+
+
+def random_blocks(n_q: int, n_k: int, block, density: float, rng: np.random.Generator) -> np.ndarray:
+    """Each block kept with probability `density`, independently."""
+    return rng.random(mask_shape(n_q, n_k, block)) < density
+
+
+def for_heads(mask: np.ndarray, B: int, H: int) -> np.ndarray:
+    """One head's mask (or [H, ...], or [B, H, ...]) broadcast to [B, H, ...] uint8, contiguous."""
+    mask = np.asarray(mask)
+    return np.ascontiguousarray(np.broadcast_to(mask != 0, (B, H) + mask.shape[-2:])).astype(np.uint8)
+
+
+def density(block_mask) -> float:
+    """The share of blocks kept."""
+    return float((np.asarray(block_mask) != 0).mean())
+
+
+# ---- from blocks to elements, and the reference -------------------------------------------------
+
+def expand(block_mask, block, n_q: int, n_k: int) -> np.ndarray:
+    """[..., Nq, Nk] booleans: element (i, j) is in a kept block."""
+    bm = np.asarray(block_mask) != 0
+    return bm[..., (np.arange(n_q) // block[0])[:, None], (np.arange(n_k) // block[1])[None, :]]
+
+
+def visible(block_mask, block, n_q: int, n_k: int, causal: bool = False) -> np.ndarray:
+    """[..., Nq, Nk] booleans: query i sees key j (its block kept, and j <= i + Nk - Nq if causal)."""
+    vis = expand(block_mask, block, n_q, n_k)
+    return vis & R.causal_mask(n_q, n_k) if causal else vis
+
+
+def attention(q, k, v, scale, block_mask, block, causal: bool = False):
+    """Block-sparse attention in float64 -> (o [B, H, Nq, d], lse [B, H, Nq]). Rows that see no key
+    give o = 0 and lse = -inf."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    B, H, n_q, d = q.shape
+    Hkv, n_k = k.shape[1], k.shape[2]
+    vis = visible(block_mask, block, n_q, n_k, causal)
+    o, lse = np.zeros((B, H, n_q, d)), np.zeros((B, H, n_q))
+    for b in range(B):
+        for h in range(H):
+            g = R.kv_head_of(h, H, Hkv)
+            p, lse[b, h] = R.masked_softmax(scale * (q[b, h] @ k[b, g].T), vis[b, h])
+            o[b, h] = p @ v[b, g]
+    return o, lse
+
+
+def attention_direct(q, k, v, scale, block_mask, block, causal: bool = False):
+    """The textbook formula with the block test written out, one score at a time (slow; for tests)."""
+    import math
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    B, H, n_q, d = q.shape
+    Hkv, n_k = k.shape[1], k.shape[2]
+    o, lse = np.zeros((B, H, n_q, d)), np.full((B, H, n_q), -np.inf)
+    for b in range(B):
+        for h in range(H):
+            g = h // (H // Hkv)
+            for i in range(n_q):
+                keys = [j for j in range(n_k) if block_mask[b, h, i // block[0], j // block[1]]
+                        and (not causal or j <= i + n_k - n_q)]
+                if not keys:
+                    continue
+                s = [scale * float(q[b, h, i] @ k[b, g, j]) for j in keys]
+                top = max(s)
+                w = [math.exp(x - top) for x in s]
+                for wj, j in zip(w, keys):
+                    o[b, h, i] += wj / sum(w) * v[b, g, j]
+                lse[b, h, i] = top + math.log(sum(w))
+    return o, lse
+
+
+# ---- which tiles a kernel runs ------------------------------------------------------------------
+
+SKIPPED, PER_ELEMENT, FULL = 0, 1, 2
+
+
+def tile_classes(mask, block, n_q: int, n_k: int, tile=(64, 64), causal: bool = False) -> np.ndarray:
+    """One head's mask [ceil(Nq / rows), ceil(Nk / cols)] -> [ceil(Nq / BLOCK_M), ceil(Nk / BLOCK_N)]:
+    SKIPPED (no block of the tile's rectangle kept, or past the causal end), PER_ELEMENT (some kept
+    and some not, on the causal diagonal, or the last, partial key tile) or FULL, as the module's
+    kernel decides."""
+    mask = np.asarray(mask) != 0
+    bm, bn = tile
+    off = n_k - n_q
+    out = np.zeros((cdiv(n_q, bm), cdiv(n_k, bn)), int)
+    for a in range(out.shape[0]):
+        q0, q_last = a * bm, min((a + 1) * bm, n_q) - 1
+        kv_end = min(n_k, q_last + off + 1) if causal else n_k
+        rect_rows = mask[q0 // block[0]:q_last // block[0] + 1]
+        for t in range(out.shape[1]):
+            k0 = t * bn
+            if k0 >= kv_end:
+                continue
+            rect = rect_rows[:, k0 // block[1]:(min(k0 + bn, n_k) - 1) // block[1] + 1]
+            if not rect.any():
+                continue
+            edge = (not rect.all()) or k0 + bn > n_k or (causal and k0 + bn - 1 > q0 + off)
+            out[a, t] = PER_ELEMENT if edge else FULL
+    return out
+
+
+def tile_rects(block_mask, block, n_q: int, n_k: int, tile) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel tile: is any mask block of its rectangle kept, are all kept -> two [B, H, Nq, Nk]
+    boolean arrays, each element carrying its tile's answer."""
+    bm = np.asarray(block_mask) != 0
+    tm, tn = tile
+    nt_q, nt_k = cdiv(n_q, tm), cdiv(n_k, tn)
+    any_t = np.zeros(bm.shape[:2] + (nt_q, nt_k), bool)
+    all_t = np.zeros_like(any_t)
+    for a in range(nt_q):
+        r0, r1 = a * tm // block[0], (min((a + 1) * tm, n_q) - 1) // block[0]
+        for t in range(nt_k):
+            c0, c1 = t * tn // block[1], (min((t + 1) * tn, n_k) - 1) // block[1]
+            rect = bm[:, :, r0:r1 + 1, c0:c1 + 1]
+            any_t[:, :, a, t] = rect.any(axis=(-1, -2))
+            all_t[:, :, a, t] = rect.all(axis=(-1, -2))
+    ti, tj = (np.arange(n_q) // tm)[:, None], (np.arange(n_k) // tn)[None, :]
+    return any_t[..., ti, tj], all_t[..., ti, tj]
+
+
+# ---- inputs of the checks ------------------------------------------------------------------------
+
+PATTERNS = ("full", "random", "empty_rows", "single", "local", "strided", "causal_blocks")
+
+
+def block_mask_for(p: dict, rng: np.random.Generator) -> np.ndarray:
+    """[B, H, ...] uint8 for the case parameters: pattern, block (mb_m, mb_n), density, window ..."""
+    B, H, n_q, n_k = p["B"], p["H"], p["Nq"], p["Nk"]
+    block = (p["mb_m"], p["mb_n"])
+    shape = (B, H) + mask_shape(n_q, n_k, block)
+    pattern = p.get("pattern", "random")
+    if pattern == "full":
+        m = for_heads(full(n_q, n_k, block), B, H)
+    elif pattern == "random":
+        m = (rng.random(shape) < p.get("density", 0.5)).astype(np.uint8)
+    elif pattern == "empty_rows":
+        # Random blocks, then every third row of blocks emptied, and the last head of all emptied.
+        m = (rng.random(shape) < p.get("density", 0.5)).astype(np.uint8)
+        m[:, :, 1::3, :] = 0
+        if B * H >= 2:
+            m[B - 1, H - 1] = 0
+    elif pattern == "single":
+        m = np.zeros(shape, np.uint8)
+        cols = rng.integers(0, shape[3], size=shape[:3])
+        np.put_along_axis(m, cols[..., None], 1, axis=-1)
+    elif pattern == "local":
+        m = for_heads(local_window(n_q, n_k, block, p.get("window", 64)), B, H)
+    elif pattern == "strided":
+        m = for_heads(strided(n_q, n_k, block, p.get("stride", 3))
+                      | global_tokens(n_q, n_k, block, p.get("n_global", block[1])), B, H)
+    elif pattern == "causal_blocks":
+        m = for_heads(causal_blocks(n_q, n_k, block), B, H)
+    else:
+        raise ValueError(f"unknown mask pattern {pattern!r} (one of {PATTERNS})")
+    # Any nonzero byte means kept: the kernel must test != 0, not == 1.
+    return np.where(m != 0, rng.integers(1, 256, size=shape), 0).astype(np.uint8)
+
+
+def inputs(p: dict, rng: np.random.Generator) -> dict:
+    """q, k, v, scale as for plain attention, plus block_mask [B, H, ...] uint8."""
+    x = attention_inputs(p, rng)
+    x["block_mask"] = block_mask_for(p, rng)
+    return x
+
+
+def reference(x: dict, p: dict) -> dict:
+    o, lse = attention(x["q"], x["k"], x["v"], x["scale"], x["block_mask"], (p["mb_m"], p["mb_n"]),
+                       bool(p.get("causal")))
+    return {"o": o, "lse": lse}
+
+
+# ---- diagnosis -----------------------------------------------------------------------------------
+
+def _block_words(p) -> str:
+    return f"mask blocks of {p['mb_m']} × {p['mb_n']}"
+
+
+def bad_row_mask(ctx) -> np.ndarray:
+    """[B, H, Nq] booleans: rows where o or lse is off (NaN, a -inf mismatch, or beyond noise)."""
+    o, lse = np.asarray(ctx.out["o"], np.float64), np.asarray(ctx.out["lse"], np.float64)
+    ro, rl = ctx.ref["o"], ctx.ref["lse"]
+    scale = max(float(np.abs(ro).max(initial=0)), 1e-6)
+    with np.errstate(invalid="ignore"):
+        bad_o = ~((np.abs(o - ro) <= 1e-4 * scale) | (o == ro)).all(axis=-1)
+        bad_l = ~((lse == rl) | (np.abs(lse - rl) <= 1e-4 * np.maximum(1.0, np.abs(np.where(np.isfinite(rl), rl, 0)))))
+    return bad_o | bad_l
+
+
+def empty_row_cause(ctx, nan_only: bool) -> str | None:
+    """Rows whose blocks are all masked (or, causal, that come before every key): NaN, or anything but
+    o = 0 and lse = -inf while the other rows are right."""
+    empty = np.isneginf(ctx.ref["lse"])
+    if not empty.any() or any(c.unwritten.any() for c in ctx.cmp.values()):
+        return None          # elements never written (the grader's NaN): the generic checks say where
+    o, lse = np.asarray(ctx.out["o"], np.float64), np.asarray(ctx.out["lse"], np.float64)
+    nan_rows = np.isnan(o[empty]).any() or np.isnan(lse[empty]).any()
+    bad = bad_row_mask(ctx)
+    if not nan_rows and (nan_only or bad[~empty].any() or not bad[empty].any()):
+        return None
+    b, h, i = (int(x) for x in np.argwhere(empty)[0])
+    why = "every block of its mask row is masked"
+    if ctx.params.get("causal") and ctx.params["Nq"] > ctx.params["Nk"]:
+        why += " or, causal, it comes before every key"
+    where = f"{int(empty.sum())} such rows, first o[{b}, {h}, {i}]: {why}"
+    if nan_rows:
+        return (f"rows with no visible key give NaN ({where}). Such a row skips every key tile or masks "
+                "every score, so its running max stays -INFINITY: exponentiate against 0 while m_new is "
+                "-INFINITY (exp2(-inf - -inf) is NaN), keep l = 0, and write o = 0 and lse = -INFINITY when "
+                "l = 0 (guard the final 1/l).")
+    seen = np.isfinite(lse[empty]).any() or (o[empty] != 0).any()
+    what = "a finite lse" if np.isfinite(lse[empty]).any() else "a nonzero output"
+    return (f"rows with no visible key give {what} ({where}), while the other rows are right"
+            + (": the kernel let keys into them, so a tile that should be skipped ran or the per-element "
+               "test let keys through there. Skip a tile iff none of its mask blocks is kept, test "
+               "mask[i / mb_rows][j / mb_cols] per element, and write o = 0, lse = -INFINITY when l = 0."
+               if seen else ". Write o = 0 and lse = -INFINITY when l = 0."))
+
+
+def _flat_reads(bm: np.ndarray, row_stride: int, col_stride: int) -> np.ndarray | None:
+    """The mask as a kernel reads it with the given strides inside one head's slab, or None when
+    such reads would leave the slab."""
+    nr, nc = bm.shape[-2:]
+    idx = np.arange(nr)[:, None] * row_stride + np.arange(nc)[None, :] * col_stride
+    if idx.max(initial=0) >= nr * nc:
+        return None
+    return bm.reshape(bm.shape[:-2] + (nr * nc,))[..., idx]
+
+
+def mask_causes(ctx, s, v) -> str | None:
+    """The mask read wrongly: transposed, with kernel-tile coordinates, of the wrong head or batch,
+    partial tiles without their per-element test, or skipped."""
+    p = ctx.params
+    n_q, n_k, causal = p["Nq"], p["Nk"], bool(p.get("causal"))
+    block = (p["mb_m"], p["mb_n"])
+    bm = np.asarray(ctx.inputs["block_mask"]) != 0
+    nr, nc = bm.shape[-2:]
+    truth = visible(bm, block, n_q, n_k, causal)
+    cm = R.causal_mask(n_q, n_k) if causal else np.ones((n_q, n_k), bool)
+
+    def hit(vis):
+        # o only: a case of one query row has one lse per head, a constant that names no replay.
+        return not np.array_equal(vis, truth) and matches(ctx, o=attend(s, v, vis)[0])
+
+    # Transposed: byte (br, bc) read at bc · stride + br.
+    for stride, how in ((nc, "mask[bc * n_mb_k + br]"), (nr, "mask[bc * n_mb_q + br]")):
+        alt = _flat_reads(bm, 1, stride)
+        if alt is not None and hit(expand(alt, block, n_q, n_k) & cm):
+            return (f"the block mask is read transposed ({how}, the output matches it): query block br, "
+                    f"key block bc is byte br · n_mb_k + bc of the head's mask, row br for the queries "
+                    f"i / mb_rows, column bc for the keys j / mb_cols.")
+    # Another batch entry's or head's mask.
+    if p["B"] > 1 and hit(visible(np.broadcast_to(bm[:1], bm.shape), block, n_q, n_k, causal)):
+        return ("every batch entry reads batch 0's block mask: the mask's index is missing its batch term "
+                "(the mask of (b, h) starts at (b · H + h) · n_mb_q · n_mb_k).")
+    if p["H"] > 1 and hit(visible(np.broadcast_to(bm[:, :1], bm.shape), block, n_q, n_k, causal)):
+        return ("every head reads head 0's block mask: the mask's index is missing its head term "
+                "(the mask of (b, h) starts at (b · H + h) · n_mb_q · n_mb_k; query head h, not its kv head).")
+    if p["H"] != p["Hkv"]:
+        group = p["H"] // p["Hkv"]
+        heads = [h // group for h in range(p["H"])]
+        if hit(visible(bm[:, heads], block, n_q, n_k, causal)):
+            return ("the block mask is read at the kv head h / (H / Hkv): the mask has one slab per query "
+                    "head, [B, H, ...], so index it with h.")
+    for tm in tiles(ctx, "BLOCK_M"):
+        for tn in tiles(ctx, "BLOCK_N"):
+            any_t, all_t = tile_rects(bm, block, n_q, n_k, (tm, tn))
+            # Read at (query tile, key tile) instead of (query block, key block).
+            tile_coords = ((tm, tn) != block and cdiv(n_q, tm) <= nr and cdiv(n_k, tn) <= nc
+                           and expand(bm, (tm, tn), n_q, n_k) & cm)
+            # Partial tiles run whole: no per-element block test.
+            if hit(any_t & cm):
+                also = ("" if tile_coords is False or not np.array_equal(tile_coords, any_t & cm) else
+                        " (Or the mask is read with kernel-tile coordinates: in this shape the two give the "
+                        "same output.)")
+                return (f"tiles whose mask blocks are only partly kept run without the per-element block test "
+                        f"(the output matches tiles of {tm} queries × {tn} keys computed whole whenever one of "
+                        f"their {_block_words(p)} is kept). When the mask's blocks do not line up with the "
+                        f"tiles, such a partial tile needs the per-element test: s = -INFINITY where "
+                        f"mask[i / mb_rows][j / mb_cols] == 0." + also)
+            # Partial tiles skipped.
+            if hit(all_t & truth):
+                return (f"tiles whose mask blocks are only partly kept are skipped (the output matches tiles "
+                        f"of {tm} queries × {tn} keys run only when all of their {_block_words(p)} are kept). "
+                        "Skip a tile only when none of its mask blocks is kept; when some are, run it with "
+                        "the per-element test.")
+            if tile_coords is not False and hit(tile_coords):
+                return (f"the mask is read with kernel-tile coordinates (q_start / BLOCK_M, kv_start / "
+                        f"BLOCK_N, tiles of {tm} queries × {tn} keys), but its blocks are {block[0]} × "
+                        f"{block[1]}: the output matches that misreading. Index the mask with mask-block "
+                        f"coordinates, row i / mb_rows and column j / mb_cols: a tile covers the mask blocks "
+                        f"q_start / mb_rows .. q_last / mb_rows by kv_start / mb_cols .. "
+                        f"(kv_end_of_tile - 1) / mb_cols.")
+            if causal:
+                diag = (np.arange(n_k)[None, :] // tn * tn + tn - 1) > (np.arange(n_q)[:, None] // tm * tm
+                                                                       + n_k - n_q)
+                if hit(any_t & cm & np.where(diag, True, expand(bm, block, n_q, n_k))):
+                    return (f"on the tiles that straddle the causal diagonal the block mask is not applied: "
+                            f"the output matches tiles of {tm} queries × {tn} keys whose per-element test "
+                            f"there checks only j <= i + (Nk - Nq). On a diagonal tile that is also partial, "
+                            f"both tests apply: s = -INFINITY where j > i + offset or the key's mask block "
+                            f"is 0.")
+                lim = replays.tile_limits(n_q, n_k, tm, tn, lambda first, last: last)
+                if hit(expand(bm, block, n_q, n_k) & replays.visible_where(n_q, n_k, lim)):
+                    return (f"keys above the causal diagonal are counted in the tiles that straddle it (the "
+                            f"output matches tiles of {tm} queries × {tn} keys with the block mask but without "
+                            f"j <= i + (Nk - Nq) per element). The per-element test needs the causal term "
+                            f"too: s = -INFINITY where causal && j > i + offset.")
+    if causal:
+        i = np.arange(n_q)
+        kept = expand(bm, block, n_q, n_k)
+        if hit(kept & replays.visible_where(n_q, n_k, i + n_k - n_q)):
+            return ("the diagonal itself is masked: query i must see key i + (Nk - Nq) too (when its block is "
+                    "kept). The causal test is j <= i + offset (mask j > i + offset), not j < i + offset.")
+        if hit(kept & replays.visible_where(n_q, n_k, i + n_k - n_q + 2)):
+            return ("each query sees one key too many past the causal diagonal: mask j > i + offset, where "
+                    "offset = Nk - Nq (key i + offset + 1 is in the future).")
+        if n_q != n_k and hit(expand(bm, block, n_q, n_k) & replays.visible_where(n_q, n_k, i + 1)):
+            return (f"the causal mask is aligned top-left (j <= i). It must be aligned bottom-right: query i "
+                    f"sees key j iff j <= i + (Nk - Nq), here i + {n_k - n_q}.")
+        if hit(expand(bm, block, n_q, n_k) & np.ones((n_q, n_k), bool)):
+            return ("causal=True is ignored: the output matches the block mask alone. Under causal a key must "
+                    "also satisfy j <= i + (Nk - Nq), bottom-right.")
+    if hit(np.broadcast_to(cm, truth.shape)):
+        return ("the block mask is not applied at all: the output matches attention over every key"
+                + (" (with the causal mask)" if causal else "") + ". Skip a tile when none of its mask "
+                "blocks is kept, and test mask[i / mb_rows][j / mb_cols] per element in a partial tile.")
+    return None
+
+
+def block_flip_cause(ctx, s, v, limit: int = 24) -> str | None:
+    """A few single mask blocks computed though masked or skipped though kept: found one query-block
+    row at a time, then replayed on the whole output; the message names them."""
+    p = ctx.params
+    n_q, n_k, causal = p["Nq"], p["Nk"], bool(p.get("causal"))
+    block = (p["mb_m"], p["mb_n"])
+    bm = np.asarray(ctx.inputs["block_mask"]) != 0
+    o, lse = np.asarray(ctx.out["o"], np.float64), np.asarray(ctx.out["lse"], np.float64)
+    if not (np.isfinite(o).all() and not np.isnan(lse).any()):
+        return None
+    bad = bad_row_mask(ctx)
+    regions = sorted({(b, h, i // block[0]) for b, h, i in zip(*np.nonzero(bad))})
+    if not regions or len(regions) > limit:
+        return None
+    cm = R.causal_mask(n_q, n_k) if causal else np.ones((n_q, n_k), bool)
+    flips, alt = [], bm.copy()
+    for b, h, br in regions:
+        rows = slice(br * block[0], min((br + 1) * block[0], n_q))
+        found = None
+        n_c = bm.shape[-1]
+        # One block flipped, else two (a row of blocks may hold two), fewest first.
+        for cols in [(c,) for c in range(n_c)] + ([(c, e) for c in range(n_c) for e in range(c + 1, n_c)]
+                                                 if n_c <= 24 else []):
+            row_mask = bm[b, h, br].copy()
+            row_mask[list(cols)] = ~row_mask[list(cols)]
+            vis = row_mask[np.arange(n_k) // block[1]][None, :] & cm[rows]
+            o_alt, lse_alt = attend(s[b, h, rows], v[b, h], vis)
+            if rel(o[b, h, rows], o_alt) < 1e-3 and rel(lse[b, h, rows], lse_alt) < 1e-3:
+                found = cols
+                break
+        if found is None:
+            return None
+        for bc in found:
+            flips.append((b, h, br, bc, bool(bm[b, h, br, bc])))
+            alt[b, h, br, bc] = not alt[b, h, br, bc]
+    if not matches(ctx, o=attend(s, v, visible(alt, block, n_q, n_k, causal))[0]):
+        return None
+    said = [f"(b = {b}, h = {h}, query block {br}, key block {bc}): "
+            + ("skipped though kept" if kept else "computed though masked") for b, h, br, bc, kept in flips[:4]]
+    more = f", and {len(flips) - 4} more" if len(flips) > 4 else ""
+    kinds = {kept for *_, kept in flips}
+    what = ("skips a block the mask keeps" if kinds == {True} else "computes a block the mask drops"
+            if kinds == {False} else "skips blocks the mask keeps and computes blocks it drops")
+    return (f"the kernel {what}: the output matches the truth with {len(flips)} block(s) of the mask "
+            f"flipped, in mask-block coordinates ({_block_words(p)}): " + "; ".join(said) + more
+            + ". A tile is skipped iff none of the mask blocks it covers is kept (rows q_start / mb_rows .. "
+            "q_last / mb_rows, columns kv_start / mb_cols .. (last key of the tile) / mb_cols); in a partial "
+            "tile each score reads its own block, mask[i / mb_rows][j / mb_cols]. Check those bounds "
+            "and the test (!= 0: any nonzero byte means kept).")
+
+
+def skipped_rows_cause(ctx) -> str | None:
+    """Rows that see keys but come out exactly as a row that skipped every tile (o = 0, lse = -inf)."""
+    o, lse = np.asarray(ctx.out["o"], np.float64), np.asarray(ctx.out["lse"], np.float64)
+    bad = bad_row_mask(ctx)
+    as_empty = np.isneginf(lse) & (o == 0).all(axis=-1) & np.isfinite(ctx.ref["lse"])
+    if not as_empty.any() or (bad & ~as_empty).any():
+        return None
+    p = ctx.params
+    b, h, i = (int(x) for x in np.argwhere(as_empty)[0])
+    kept = np.flatnonzero(np.asarray(ctx.inputs["block_mask"])[b, h, i // p["mb_m"]]).tolist()
+    return (f"{int(as_empty.sum())} rows that see keys come out as o = 0 and lse = -inf, what a row gives "
+            f"when every one of its key tiles is skipped or fully masked (first o[{b}, {h}, {i}], in query "
+            f"block {i // p['mb_m']}, whose kept key blocks are {kept[:8]}{' ...' if len(kept) > 8 else ''}, "
+            f"{_block_words(p)}). The skip decision or the per-element test finds no kept block where the "
+            "mask keeps some: check which bytes they read (row i / mb_rows, column j / mb_cols, the head's "
+            "offset) and the test (!= 0).")
+
+
+def observed_blocks(ctx) -> str | None:
+    """No replay fits: say which query blocks of the mask hold the wrong rows."""
+    p = ctx.params
+    bad = bad_row_mask(ctx)
+    if not bad.any():
+        return None
+    regions = sorted({(int(b), int(h), int(i) // p["mb_m"]) for b, h, i in zip(*np.nonzero(bad))})
+    total = bad.shape[0] * bad.shape[1] * cdiv(p["Nq"], p["mb_m"])
+    if len(regions) == total:
+        return None
+    said = ", ".join(f"(b = {b}, h = {h}, query block {r})" for b, h, r in regions[:4])
+    return (f"no replayed bug matches, but the wrong rows lie in {len(regions)} of the {total} query blocks of "
+            f"the mask ({_block_words(p)}): {said}{' ...' if len(regions) > 4 else ''}; the rows of the other "
+            "query blocks are right. Compare, for those blocks, the tiles your kernel runs, skips and tests "
+            "per element with the mask's bytes.")
+
+
+def weight_rows(ctx, s, v, vis) -> list:
+    """The failing rows with the keys each really sees (for attention/weights.py)."""
+    o, ref = np.asarray(ctx.out["o"], np.float64), ctx.ref["o"]
+    rows = []
+    for b, h, i in weights.bad_rows(ctx):
+        keys = np.flatnonzero(vis[b, h, i])
+        nxt = int(keys[-1]) + 1 if keys.size else None
+        has_next = nxt is not None and nxt < s.shape[-1]
+        rows.append(weights.Row(f"o[{b}, {h}, {i}]", o[b, h, i], ref[b, h, i], s[b, h, i, keys], v[b, h, keys],
+                                v[b, h, nxt] if has_next else None, nxt if has_next else None))
+    return rows
+
+
+def diagnose(ctx) -> str | None:
+    p = ctx.params
+    s, v = replays.scores(ctx.inputs)
+    vis = visible(ctx.inputs["block_mask"], (p["mb_m"], p["mb_n"]), p["Nq"], p["Nk"], bool(p.get("causal")))
+    return (empty_row_cause(ctx, nan_only=True) or mask_causes(ctx, s, v) or block_flip_cause(ctx, s, v)
+            or empty_row_cause(ctx, nan_only=False) or skipped_rows_cause(ctx)
+            or replays.output_causes(ctx, s, v, vis) or replays.tile_bug_causes(ctx, s, v, vis)
+            or replays.setup_causes(ctx, vis) or weights.cause(weight_rows(ctx, s, v, vis))
+            or observed_blocks(ctx))

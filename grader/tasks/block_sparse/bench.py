@@ -1,0 +1,28 @@
+"""Benchmark for 08_block_sparse: time against density at N = 8192, d = 128, against 02's dense kernel.
+
+Random block masks at the kernel's tile size (64 × 64: one byte per tile), the same inputs for every
+contender. FLOPs are the useful work, density × 4·N²·d per head, so a kernel that skips perfectly
+keeps its TFLOP/s as the density falls, and its time follows the ideal line density × (time at 100%).
+"""
+from ...attention.baselines import attention_flops
+from ...spec import BenchCase, BenchContext
+
+
+def dense_02(b: BenchContext) -> dict:
+    """The 02 solution (no mask: every tile) on the same q, k, v."""
+    fn = b.solution("02_flash_forward").flash_forward
+    o, lse = fn(b.rt, b.inputs["q"], b.inputs["k"], b.inputs["v"], b.inputs["scale"])
+    return {"o": o, "lse": lse}
+
+
+DENSITIES = (0.05, 0.10, 0.25, 0.50, 1.00)
+
+
+def _case(density):
+    p = dict(B=1, H=16, Hkv=16, Nq=8192, Nk=8192, d=128, pattern="random" if density < 1 else "full",
+             density=density, mb_m=64, mb_n=64)
+    return BenchCase(f"density_{int(round(density * 100)):03d}_N8192_d128", p,
+                     flops=density * attention_flops(p), baselines={"02 solution (dense)": dense_02})
+
+
+BENCH = [_case(x) for x in DENSITIES]
