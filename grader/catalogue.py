@@ -19,6 +19,7 @@ IDS = (
     "06_flash_tensor_cores",
     "07_varlen_prefill",
     "08_block_sparse",
+    "09_flash_backward",
 )
 
 

@@ -171,11 +171,13 @@ def block_order_fault(kernel, args, arg_slot, slot, ref, got, idx, ndiff) -> Ker
     return KernelFault(
         f"{kernel.name}: the result depends on the order in which the blocks run: running them last "
         f"block first changed argument {i + 1} ({p.ctype} {p.name}) at index "
-        f"{tuple(int(x) for x in where)}: {_num(ref.flat[idx])} became {_num(got.flat[idx])} "
+        f"{tuple(int(x) for x in where)}: {_num(ref.flat[idx], 9)} became {_num(got.flat[idx], 9)} "
         f"({ndiff} element(s) differ). Two blocks write the same elements, and on a GPU, where blocks "
-        "run in any order and at once, either may win. Every output element must belong to exactly one "
-        "block: look for a block that stores past its own part (a guard against the end of the whole "
-        "array, where the end of the block's own rows, sequence or split is due).")
+        "run in any order and at once, either may win. Either a block stores past its own part (a guard "
+        "against the end of the whole array, where the end of the block's own rows, sequence or split is "
+        "due): every output element must belong to exactly one block. Or several blocks add into the same "
+        "elements on purpose, with a plain += (read, add, write back): on a GPU their updates overwrite "
+        "each other; add with atomicAdd.")
 
 
 def canary_fault(kernel, args, arg_slot, slot, off, count) -> KernelFault:
@@ -210,8 +212,8 @@ def poison_fault(kernel, args, arg_slot, arrays, poisoned, place) -> KernelFault
         "before it is written (__syncthreads() too late).")
 
 
-def _num(x) -> str:
-    return f"{float(x):.7g}" if np.asarray(x).dtype.kind == "f" else str(int(x))
+def _num(x, digits=7) -> str:
+    return f"{float(x):.{digits}g}" if np.asarray(x).dtype.kind == "f" else str(int(x))
 
 
 def _block_coords(b: int, grid) -> tuple[int, int, int]:

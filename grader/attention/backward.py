@@ -1,0 +1,259 @@
+"""The backward pass (module 09): inputs, the float64 reference gradients, and the bugs replayed.
+
+For one head, with S = scale · Q K^T (masked), P = softmax(S), O = P V and dO = dL/dO:
+
+    dV = P^T dO      dP = dO V^T      D_i = sum_j P_ij dP_ij = sum_c dO_ic O_ic
+    dS = P ∘ (dP - D)      dQ = scale · dS K      dK = scale · dS^T Q
+
+With GQA, dK and dV of a kv head are the sums over the query heads that share it. The reference
+computes P from the scores directly (not from the kernel's lse), so it is independent of the
+recomputation it checks; tests/test_backward.py checks it against finite differences of the forward.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import references as R
+from .inputs import attention_inputs
+from .replays import MATCH
+
+OUTPUTS = ("dq", "dk", "dv")
+
+
+def backward_inputs(p: dict, rng: np.random.Generator) -> dict:
+    """q, k, v as for prefill; o and lse from the float64 forward (rounded to float32, as a forward
+    kernel hands them over); dO random; scale; causal."""
+    x = attention_inputs(p, rng)
+    causal = bool(p.get("causal", False))
+    o, lse = R.attention(x["q"], x["k"], x["v"], x["scale"], causal=causal)
+    x.update(o=o.astype(np.float32), lse=lse.astype(np.float32), causal=causal,
+             do=rng.standard_normal(o.shape).astype(np.float32))
+    return x
+
+
+def visible_of(inputs) -> np.ndarray | None:
+    n_q, n_k = np.asarray(inputs["q"]).shape[2], np.asarray(inputs["k"]).shape[2]
+    return R.causal_mask(n_q, n_k) if inputs["causal"] else None
+
+
+def gradients(inputs, *, probs=None, delta=None, heads=None, dq_scale=1.0, dk_scale=1.0, visible="auto"):
+    """(dq, dk, dv) in float64. The keyword arguments replay bugs:
+    probs(s, lse, visible) -> P    how P is recomputed (default: the true softmax)
+    delta(p, dp, do, o, b, h) -> D the row term of dS (default: rowsum(dO ∘ O) with the given O, as a
+                                   kernel computes it, independent of the P it recomputes)
+    heads(h_kv, group) -> list     the query heads summed into dK and dV of kv head h_kv (default: all)
+    dq_scale, dk_scale             factors on dQ and dK (a scale dropped or applied twice)
+    visible                        the mask (default: the case's)."""
+    q, k, v, do, o = (np.asarray(inputs[x], np.float64) for x in ("q", "k", "v", "do", "o"))
+    lse = np.asarray(inputs["lse"], np.float64)
+    scale = inputs["scale"]
+    B, H = q.shape[:2]
+    Hkv = k.shape[1]
+    group = H // Hkv
+    vis = visible_of(inputs) if isinstance(visible, str) else visible
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(k.shape)
+    for b in range(B):
+        for g in range(Hkv):
+            summed = range(g * group, (g + 1) * group) if heads is None else heads(g, group)
+            for h in range(g * group, (g + 1) * group):
+                s = scale * q[b, h] @ k[b, g].T
+                p = R.masked_softmax(s, vis)[0] if probs is None else probs(s, lse[b, h], vis)
+                dp = do[b, h] @ v[b, g].T
+                D = (do[b, h] * o[b, h]).sum(axis=-1) if delta is None else delta(p, dp, do[b, h], o[b, h], b, h)
+                ds = p * (dp - D[:, None])
+                dq[b, h] = dq_scale * scale * ds @ k[b, g]
+                if h in summed:
+                    dk[b, g] += dk_scale * scale * ds.T @ q[b, h]
+                    dv[b, g] += p.T @ do[b, h]
+    return dq, dk, dv
+
+
+def reference(inputs) -> dict:
+    """The exact gradients: D = rowsum(P ∘ dP) from P itself (equal to rowsum(dO ∘ O) for the exact O)."""
+    return dict(zip(OUTPUTS, gradients(inputs, delta=lambda p, dp, do, o, b, h: (p * dp).sum(axis=-1))))
+
+
+def magnitudes(inputs) -> dict:
+    """What float32 rounding scales with: each gradient computed with |·| of every term, so with no
+    cancellation. A row with one key has dS = P (dP - D) = 0 exactly, and its dQ is pure rounding of
+    terms of this size."""
+    q, k, do, o = (np.abs(np.asarray(inputs[x], np.float64)) for x in ("q", "k", "do", "o"))
+    v = np.asarray(inputs["v"], np.float64)
+    B, H = q.shape[:2]
+    Hkv = k.shape[1]
+    vis = visible_of(inputs)
+    mag = {"dq": np.zeros(q.shape), "dk": np.zeros(k.shape), "dv": np.zeros(k.shape)}
+    for b in range(B):
+        for h in range(H):
+            g = h // (H // Hkv)
+            s = inputs["scale"] * np.asarray(inputs["q"], np.float64)[b, h] @ np.asarray(inputs["k"], np.float64)[b, g].T
+            p = R.masked_softmax(s, vis)[0]
+            terms = p * (np.abs(np.asarray(inputs["do"], np.float64)[b, h] @ v[b, g].T)
+                         + (do[b, h] * o[b, h]).sum(axis=-1)[:, None])
+            mag["dq"][b, h] = inputs["scale"] * terms @ k[b, g]
+            mag["dk"][b, g] += inputs["scale"] * terms.T @ q[b, h]
+            mag["dv"][b, g] += p.T @ do[b, h]
+    return mag
+
+
+ROUNDING = 0.1    # the tolerance's share of the terms' size: 2e-6 of it, some 30 float32 roundings
+
+
+def tolerances(inputs, ref, base) -> dict:
+    """`base`, widened where the gradient is much smaller than the terms it sums (`magnitudes`): there
+    float32 cannot do better than a few roundings of those terms. Elsewhere `base` itself."""
+    from ..spec import Tolerance
+    out = {}
+    for name, m in magnitudes(inputs).items():
+        floor = 1e-2 * np.sqrt(max(m.size, 1))
+        ratio = np.linalg.norm(m) / max(np.linalg.norm(ref[name]), floor)
+        out[name] = Tolerance(base.rel * max(1.0, ROUNDING * ratio),
+                              base.abs * max(1.0, ROUNDING * float(m.max(initial=0.0))))
+    return out
+
+
+# ---- what went wrong ----------------------------------------------------------------------------
+
+def _wrong(ctx, name) -> bool:
+    return not ctx.cmp[name].passed
+
+
+def _distance(got, want, ref) -> float:
+    """Relative distance, against the larger of want and the reference, floored like the comparison
+    (0.01 per element): a gradient that cancels to 0 (one key per row) is not compared bit for bit."""
+    got, want, ref = (np.asarray(x, np.float64) for x in (got, want, ref))
+    if (np.isfinite(got) != np.isfinite(want)).any():
+        return math.inf
+    ok = np.isfinite(want)
+    denom = max(np.linalg.norm(np.where(ok, want, 0.0)), np.linalg.norm(np.where(np.isfinite(ref), ref, 0.0)),
+                1e-2 * math.sqrt(max(want.size, 1)))
+    return float(np.linalg.norm(np.where(ok, got - want, 0.0)) / denom)
+
+
+def _matches(ctx, alt: dict) -> bool:
+    """Every output is close to the replay, and the replay is not the truth where the kernel is wrong."""
+    wrong = [n for n in OUTPUTS if _wrong(ctx, n)]
+    if not wrong:
+        return False
+    if all(_distance(alt[n], ctx.ref[n], ctx.ref[n]) < 10 * MATCH for n in wrong):
+        return False
+    return all(_distance(ctx.out[n], alt[n], ctx.ref[n]) < MATCH for n in OUTPUTS if n in alt)
+
+
+def _replay(ctx, **kw) -> bool:
+    return _matches(ctx, dict(zip(OUTPUTS, gradients(ctx.inputs, **kw))))
+
+
+def _exp_with(shift):
+    """P = exp(s - shift(s, lse)) on the visible entries, 0 elsewhere."""
+    def probs(s, lse, vis):
+        with np.errstate(over="ignore", invalid="ignore"):
+            p = np.exp(s - shift(s, lse))
+        return np.where(vis, p, 0.0) if vis is not None else p
+    return probs
+
+
+def recompute_causes(ctx) -> str | None:
+    """P recomputed wrongly: the scale, the lse, the mask."""
+    scale = ctx.inputs["scale"]
+    lse_col = lambda lse: np.where(np.isfinite(lse), lse, np.inf)[:, None]           # noqa: E731
+    cands = [
+        ("P is recomputed without the scale: P = exp(q·k - lse), where the forward pass used s = scale · q·k. "
+         "Multiply the scores by scale (scale · log2 e in exp2 units) before subtracting lse.",
+         _exp_with(lambda s, lse: s - s / scale + lse_col(lse))),
+        ("P is recomputed with the scale applied twice: P = exp(scale² · q·k - lse).",
+         _exp_with(lambda s, lse: s - s * scale + lse_col(lse))),
+        ("P is recomputed without lse: exp(s) is the unnormalised weight. The forward pass's lse is what "
+         "turns it into the softmax: P = exp(s - lse), one subtraction, no second pass over the keys.",
+         _exp_with(lambda s, lse: 0.0 * s)),
+        ("P is recomputed with lse in the wrong units: the scores are in log2 units (exp2f) but lse is the "
+         "natural-log lse. Multiply lse by log2 e too: P = exp2(s · scale · log2 e - lse · log2 e).",
+         _exp_with(lambda s, lse: lse_col(lse) * math.log(2.0))),
+    ]
+    for text, probs in cands:
+        if _replay(ctx, probs=probs):
+            return text
+    vis = visible_of(ctx.inputs)
+    if vis is not None:
+        n_q, n_k = vis.shape
+        full = _exp_with(lambda s, lse: lse_col(lse))
+        if _replay(ctx, probs=lambda s, lse, v: full(s, lse, None)):
+            return ("the causal mask is missing in the backward pass: P is recomputed for keys j > i + (Nk - Nq) "
+                    "too. Those keys had weight 0 in the forward pass; give them P = 0 here.")
+        top_left = np.arange(n_k)[None, :] <= np.arange(n_q)[:, None]
+        if n_q != n_k and _replay(ctx, probs=lambda s, lse, v: full(s, lse, top_left)):
+            return ("the causal mask of the backward pass is aligned top-left (j <= i). It must match the forward "
+                    "pass: bottom-right, key j visible to query i iff j <= i + (Nk - Nq).")
+    return None
+
+
+def delta_causes(ctx) -> str | None:
+    """D forgotten, or computed from the wrong arrays."""
+    if _replay(ctx, delta=lambda p, dp, do, o, b, h: np.zeros(p.shape[0])):
+        return ("D is missing: dS = P ∘ dP, without the row term. The softmax's Jacobian subtracts "
+                "D_i = sum_j P_ij dP_ij = rowsum(dO ∘ O) from every dP_ij of row i: dS = P ∘ (dP - D).")
+    v = np.asarray(ctx.inputs["v"], np.float64)
+    n_q, d = np.asarray(ctx.inputs["q"]).shape[2:]
+    H = np.asarray(ctx.inputs["q"]).shape[1]
+    flat = v.reshape(-1)
+
+    def v_as_o(p, dp, do, o, b, h):        # v's memory read with o's shape: the arrays swapped
+        start = (b * H + h) * n_q * d
+        if start + n_q * d > flat.size:
+            return np.full(p.shape[0], np.nan)
+        return (do * flat[start:start + n_q * d].reshape(n_q, d)).sum(axis=-1)
+    if _replay(ctx, delta=v_as_o):
+        return ("D is computed from V instead of O: D_i must be rowsum(dO ∘ O), the output of the forward "
+                "pass (check which array backward_preprocess receives).")
+    if _replay(ctx, delta=lambda p, dp, do, o, b, h: dp.sum(axis=-1)):
+        return ("D is the plain row sum of dP = dO V^T. It is the P-weighted sum, D_i = sum_j P_ij dP_ij, "
+                "which equals rowsum(dO ∘ O) since O = P V.")
+    return None
+
+
+def accumulation_causes(ctx) -> str | None:
+    """dK and dV not summed over a GQA group; a scale dropped on dQ or dK."""
+    H, Hkv = np.asarray(ctx.inputs["q"]).shape[1], np.asarray(ctx.inputs["k"]).shape[1]
+    if H != Hkv:
+        for what, heads in (("only the first query head of each group", lambda g, n: [g * n]),
+                            ("only the last query head of each group (each head overwrote the previous)",
+                             lambda g, n: [g * n + n - 1])):
+            if _replay(ctx, heads=heads):
+                return (f"dK and dV hold {what}. With GQA, H / Hkv = {H // Hkv} query heads share a kv head, so "
+                        f"its dK and dV are the sums over those heads: accumulate all of them before storing.")
+    for name, kw in (("dQ", "dq_scale"), ("dK", "dk_scale")):
+        for factor, what in ((1.0 / ctx.inputs["scale"], "without the scale"), (ctx.inputs["scale"], "with the scale twice")):
+            if _replay(ctx, **{kw: factor}):
+                return (f"{name} is computed {what}: S = scale · Q K^T, so {name} = scale · "
+                        f"{'dS K' if name == 'dQ' else 'dS^T Q'}, once.")
+    return None
+
+
+def located(ctx) -> str | None:
+    """Which gradients are right says where the error is (an observation, not a replay)."""
+    wrong = {n for n in OUTPUTS if _wrong(ctx, n)}
+    n_k = np.asarray(ctx.inputs["k"]).shape[2]
+    block_n = (getattr(ctx, "config", None) or {}).get("BLOCK_N")
+    tiles = -(-n_k // block_n) if isinstance(block_n, int) and block_n > 0 else None
+    if wrong == {"dq"}:
+        race = ("" if tiles == 1 else
+                " dQ is the only gradient that several blocks add to (one per key tile"
+                + (f", {tiles} here" if tiles else "") + "): added with a plain += instead of atomicAdd, "
+                "updates are lost when blocks overlap in time; and the preprocessing kernel must set dQ to 0 "
+                "before they add.")
+        return ("dK and dV are right and dQ is wrong, so P and dS are right: the error is in dQ's own step, "
+                "dQ = scale · dS K." + race)
+    if wrong == {"dk"}:
+        return "dV and dQ are right and dK is wrong: the error is in dK's own step, dK = scale · dS^T Q, or its store."
+    if wrong == {"dv"}:
+        return "dQ and dK are right and dV is wrong: the error is in dV's own step, dV = P^T dO, or its store."
+    if wrong == {"dq", "dk"}:
+        return ("dV is right, so P is right; dQ and dK are wrong, so dS is wrong: look at dP = dO V^T and at "
+                "D, dS = P ∘ (dP - D).")
+    return None
+
+
+def diagnose(ctx) -> str | None:
+    return recompute_causes(ctx) or delta_causes(ctx) or accumulation_causes(ctx) or located(ctx)

@@ -1,0 +1,2 @@
+"""Benchmark for 09_flash_backward."""
+BENCH = []
