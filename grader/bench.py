@@ -33,6 +33,29 @@ def time_gpu(fn, rt, warmup=3, reps=20) -> list[float]:
     return times
 
 
+def peak_bytes(fn, rt) -> int:
+    """The device memory one call takes beyond what was allocated before it (its outputs included):
+    CuPy's pool grows to the call's peak when it starts empty, and torch counts its own peak."""
+    import sys
+    pool = rt.xp.get_default_memory_pool()
+    rt.synchronize()
+    pool.free_all_blocks()
+    before = pool.total_bytes()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        torch_before = torch.cuda.memory_allocated()
+    out = fn()
+    rt.synchronize()
+    extra = pool.total_bytes() - before
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.synchronize()
+        extra += torch.cuda.max_memory_allocated() - torch_before
+    del out
+    return int(extra)
+
+
 def rate(case: BenchCase, ms: float) -> str:
     if case.flops:
         return f"{case.flops / (ms * 1e-3) / 1e12:7.1f} TFLOP/s"
@@ -66,7 +89,8 @@ def bench(ex, path, as_json=False, quick=False) -> int:
         for name, f in contenders.items():
             try:
                 ms = float(np.median(time_gpu(f, rt, warmup, reps)))
-                row["results"][name] = {"median_ms": ms, "rate": rate(case, ms).strip()}
+                row["results"][name] = {"median_ms": ms, "rate": rate(case, ms).strip(),
+                                        "peak_mb": peak_bytes(f, rt) / 2**20}
             except Exception as e:  # a baseline that does not fit in memory, say
                 row["results"][name] = {"error": f"{type(e).__name__}: {e}"}
         rows.append(row)
@@ -75,7 +99,8 @@ def bench(ex, path, as_json=False, quick=False) -> int:
     if as_json:
         print(json.dumps(out, indent=1))
         return 0
-    print(f"grader bench {ex.id} on {rt.device_name} (median of {reps} runs, CUDA events)")
+    print(f"grader bench {ex.id} on {rt.device_name} (median of {reps} runs, CUDA events; peak: device memory "
+          f"one call allocates beyond its inputs, outputs included)")
     for row in rows:
         shape = ", ".join(f"{k}={v}" for k, v in row["params"].items())
         print(f"\n  {row['case']} ({shape})")
@@ -88,5 +113,5 @@ def bench(ex, path, as_json=False, quick=False) -> int:
             if yours and name != "yours":
                 x = r["median_ms"] / yours
                 ratio = f"  (yours is {x:.2f}× faster)" if x >= 1 else f"  (yours is {1 / x:.2f}× slower)"
-            print(f"    {name:<22} {r['median_ms']:9.3f} ms  {r['rate']:>16}{ratio}")
+            print(f"    {name:<22} {r['median_ms']:9.3f} ms  {r['rate']:>16}  {r['peak_mb']:9.0f} MB peak{ratio}")
     return 0

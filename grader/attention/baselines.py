@@ -115,3 +115,65 @@ def torch_sdpa(backend: str):
         return {"o": o}
     run.__name__ = f"torch_{backend.lower()}"
     return run
+
+
+# ---- the backward pass (module 09) ----------------------------------------------------------------
+
+def backward_flops(p) -> float:
+    """FlashAttention's count for the backward pass: 2.5 × the forward's (five matmuls against two),
+    halved under a causal mask."""
+    return 2.5 * attention_flops(p, causal=bool(p.get("causal")))
+
+
+def naive_backward(b: BenchContext) -> dict:
+    """The backward pass on CuPy, materialising the N × N matrices: S (turned into P in place from lse),
+    and dP (turned into dS in place), with cuBLAS matmuls for the five products."""
+    xp = b.rt.xp
+    i = b.inputs
+    q, k, v, o, lse, do, scale = (i[x] for x in ("q", "k", "v", "o", "lse", "do", "scale"))
+    group = q.shape[1] // k.shape[1]
+    if group > 1:
+        k, v = xp.repeat(k, group, axis=1), xp.repeat(v, group, axis=1)
+    p = xp.matmul(q * xp.float32(scale), xp.swapaxes(k, -1, -2))      # S [B, H, Nq, Nk]
+    if i.get("causal"):
+        n_q, n_k = p.shape[-2:]
+        p += xp.where(xp.arange(n_k)[None, :] > xp.arange(n_q)[:, None] + (n_k - n_q),
+                      xp.float32(-xp.inf), xp.float32(0.0))
+    p -= lse[..., None]
+    xp.exp(p, out=p)                                                     # P, from the forward's lse
+    ds = xp.matmul(do, xp.swapaxes(v, -1, -2))                           # dP [B, H, Nq, Nk]
+    ds -= (do * o).sum(axis=-1, keepdims=True)
+    ds *= p                                                              # dS = P ∘ (dP - D)
+    dv = xp.matmul(xp.swapaxes(p, -1, -2), do)
+    dq = xp.matmul(ds, k) * xp.float32(scale)
+    dk = xp.matmul(xp.swapaxes(ds, -1, -2), q) * xp.float32(scale)
+    if group > 1:                                                        # sum over each group's heads
+        B, H, n_k, d = dk.shape
+        dk = dk.reshape(B, H // group, group, n_k, d).sum(axis=2)
+        dv = dv.reshape(B, H // group, group, n_k, d).sum(axis=2)
+    return {"dq": dq, "dk": dk, "dv": dv}
+
+
+_torch_graph: dict = {}
+
+
+def torch_efficient_backward(b: BenchContext) -> dict:
+    """torch's memory-efficient attention backward in float32 (SDPBackend.EFFICIENT_ATTENTION), on the
+    same device memory through DLPack. The forward runs once, untimed; each call is one backward."""
+    try:
+        import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        raise RuntimeError("PyTorch is not importable here: no torch baseline") from None
+    key = id(b.inputs["q"])
+    if key not in _torch_graph:
+        _torch_graph.clear()
+        q, k, v = (torch.from_dlpack(b.inputs[x]).detach().requires_grad_() for x in ("q", "k", "v"))
+        with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+            o = torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=bool(b.inputs.get("causal")), scale=b.inputs["scale"],
+                enable_gqa=q.shape[1] != k.shape[1])
+        _torch_graph[key] = (q, k, v, o, torch.from_dlpack(b.inputs["do"]))
+    q, k, v, o, do = _torch_graph[key]
+    dq, dk, dv = torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+    return {"dq": dq, "dk": dk, "dv": dv}
