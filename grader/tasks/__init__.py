@@ -6,7 +6,9 @@
                   outputs, call(fn, rt, inputs, params) -> outputs; optionally diagnose(ctx),
                   valid(params), SHRINK_KEYS for shrinking, tolerances(inputs, params, ref)
                   -> {output: Tolerance} when the tolerance depends on the case, and
-                  widen(outputs, params) -> float32 NumPy outputs when the kernel writes a 2-byte type
+                  widen(outputs, params) -> float32 NumPy outputs when the kernel writes a 2-byte type,
+                  BLOCK_ORDER_CHECK = True to have the emulator rerun every block last-first (for
+                  kernels whose blocks must own disjoint outputs or add into shared ones atomically)
     bench.py      BENCH: a list of spec.BenchCase for `grader bench`
     wrong.py      WRONG: the wrong versions the checks must reject (grader.wrong.Wrong)
     notebook.py   CELLS: the class notebook's cells, from which notebooks/ID.ipynb is generated
