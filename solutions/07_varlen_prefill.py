@@ -80,9 +80,9 @@ varlen_prefill(const float* __restrict__ q, const float* __restrict__ k, const f
     // Scores in log2 units: exp2f is one instruction, expf is exp2f(x · log2 e) plus range handling.
     const float scale_log2 = scale * M_LOG2E_F;
     const int offset = n_k - n_q;            // causal, per sequence: query i sees keys j <= i + offset
+    const int q_last = min(q_start + BLOCK_M, n_q) - 1;     // the tile's last row sees the most keys
 
     // BEGIN SOLUTION TODO(3): set kv_end to one past the last key of this sequence that a row of this query tile sees (all n_k keys without causal)
-    const int q_last = min(q_start + BLOCK_M, n_q) - 1;     // the tile's last row sees the most keys
     const int kv_end = causal ? min(n_k, q_last + offset + 1) : n_k;
     // STUB: const int kv_end = 0;
     // END SOLUTION
@@ -226,8 +226,9 @@ varlen_prefill(const float* __restrict__ q, const float* __restrict__ k, const f
         for (int stride = COLS / 2; stride > 0; stride /= 2)
             l_row += __shfl_xor_sync(0xffffffffu, l_row, stride);
         const int i = q_start + ty * TM + r;
-        if (i < n_q) {
+        if (i < n_q) {                       // rows past this sequence's end belong to the next one
             const float inv_l = l_row > 0.0f ? 1.0f / l_row : 0.0f;   // l = 0: the row saw no key
+            // lse = (m + log2 l) · ln 2 (natural log), stored once per row, by the thread with tx == 0.
             // BEGIN SOLUTION TODO(4): store row i of this sequence: o at token q_begin + i, head h of o [total_q, H, D], and lse at [h][q_begin + i] of lse [H, total_q]
             float* o_i = o + (size_t)(q_begin + i) * q_stride + h * D;
             #pragma unroll
@@ -283,8 +284,9 @@ def check_cu_seqlens(rt, cu_seqlens, name, total, max_seqlen):
     if cu[-1] != total:
         raise ValueError(f"{name}[-1] = {cu[-1]} must be the number of packed tokens, {total}")
     if max(lens) > max_seqlen:
-        raise ValueError(f"sequence {lens.index(max(lens))} has {max(lens)} tokens but the max_seqlen given "
-                         f"with {name} is {max_seqlen}: the grid would miss its last tiles")
+        raise ValueError(f"sequence {lens.index(max(lens))} has {max(lens)} tokens according to {name}, more "
+                         f"than the max_seqlen given with it, {max_seqlen}: one of the two is wrong (the grid "
+                         f"is sized by max_seqlen_q, so a query tile would be missed)")
 
 
 def varlen_prefill(rt, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal=False):

@@ -232,8 +232,10 @@ def block_mask_for(p: dict, rng: np.random.Generator) -> np.ndarray:
         m = for_heads(causal_blocks(n_q, n_k, block), B, H)
     else:
         raise ValueError(f"unknown mask pattern {pattern!r} (one of {PATTERNS})")
-    # Any nonzero byte means kept: the kernel must test != 0, not == 1.
-    return np.where(m != 0, rng.integers(1, 256, size=shape), 0).astype(np.uint8)
+    # Any nonzero byte means kept: the kernel must test != 0, not == 1. Half the kept bytes are 1 and
+    # half are 2 .. 255, so a test against 1 keeps some blocks and drops others, which no other bug does.
+    kept = np.where(rng.random(shape) < 0.5, 1, rng.integers(2, 256, size=shape))
+    return np.where(m != 0, kept, 0).astype(np.uint8)
 
 
 def inputs(p: dict, rng: np.random.Generator) -> dict:
@@ -341,6 +343,19 @@ def mask_causes(ctx, s, v) -> str | None:
         if hit(visible(bm[:, heads], block, n_q, n_k, causal)):
             return ("the block mask is read at the kv head h / (H / Hkv): the mask has one slab per query "
                     "head, [B, H, ...], so index it with h.")
+    # Kept bytes compared with 1: everywhere, or only in the per-element test of partial tiles.
+    ones = np.asarray(ctx.inputs["block_mask"]) == 1
+    if (ones != bm).any():
+        if hit(visible(ones, block, n_q, n_k, causal)):
+            return ("the mask's bytes are compared with 1 (== 1), but any nonzero byte means kept: blocks "
+                    "holding 2 .. 255 are dropped. Test mask != 0.")
+        for tm in tiles(ctx, "BLOCK_M"):
+            for tn in tiles(ctx, "BLOCK_N"):
+                any_t, all_t = tile_rects(bm, block, n_q, n_k, (tm, tn))
+                if hit((all_t & truth) | (any_t & ~all_t & expand(ones, block, n_q, n_k) & cm)):
+                    return ("the per-element test of partial tiles compares the mask's bytes with 1 (== 1 or "
+                            "!= 1), but any nonzero byte means kept: test mask[i / mb_rows][j / mb_cols] != 0 "
+                            "(== 0 for a dropped block).")
     for tm in tiles(ctx, "BLOCK_M"):
         for tn in tiles(ctx, "BLOCK_N"):
             any_t, all_t = tile_rects(bm, block, n_q, n_k, (tm, tn))

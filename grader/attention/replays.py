@@ -258,6 +258,13 @@ def mask_causes(ctx, s, v) -> str | None:
                         f"first row of each query tile{f' of {bm}' if bm < n_q else ''}). The last row of the "
                         f"query tile sees the most "
                         f"keys: kv_end = min(Nk, last_row + (Nk - Nq) + 1).")
+            # The loop bound one short: kv_end = last_row + offset, so a tile that starts at the last
+            # row's last key is never run.
+            lim = np.minimum(i + offset + 1, tile_limits(n_q, n_k, bm, bn, lambda first, last: last - 1))
+            if matches(ctx, o=attend(s, v, visible_where(n_q, n_k, np.maximum(lim, 0)))[0]):
+                return ("the loop over key tiles stops one key short: kv_end must be one past the last key the "
+                        "tile's last row sees, kv_end = min(Nk, last_row + (Nk - Nq) + 1) (the + 1). Without it, "
+                        "a key tile that starts at that last key never runs.")
     return None
 
 

@@ -124,6 +124,10 @@ def _bad_sequences(ctx) -> list[int]:
     return [b for b, (qb, nq, _, _) in enumerate(spans(ctx.inputs)) if nq and bad[qb:qb + nq].any()]
 
 
+def _count(items, word: str) -> str:
+    return word if len(items) == 1 else word + "s"
+
+
 def _lens_text(ctx, seqs) -> str:
     sp = spans(ctx.inputs)
     return ", ".join(f"{b} (n_q = {sp[b][1]}, n_k = {sp[b][3]})" for b in seqs)
@@ -155,7 +159,7 @@ def boundary_causes(ctx) -> str | None:
                 crossing = [b for b in range(len(sp)) if keys(b)[1] > sp[b][3] and sp[b][1]]
                 return (f"sequences read keys past their own end, into the next sequence's keys: the output "
                         f"matches rows that see keys up to {what} instead of n_k = cu_seqlens_k[b + 1] - "
-                        f"cu_seqlens_k[b] (sequences {_lens_text(ctx, crossing[:4])}). In the packed layout "
+                        f"cu_seqlens_k[b] ({_count(crossing, 'sequence')} {_lens_text(ctx, crossing[:4])}). In the packed layout "
                         f"the next sequence starts right after this one: bound the key loads, the loop and "
                         f"the mask by this sequence's n_k.")
     # A top-left mask per sequence; with n_q <= n_k it equals keys counted by n_q, so say both then.
@@ -231,6 +235,24 @@ def spill_cause(ctx) -> str | None:
     return None
 
 
+def skipped_rows_cause(ctx) -> str | None:
+    """Rows that see keys but come out as o = 0 and lse = -inf: no key tile ran for them."""
+    lse, ref = np.asarray(ctx.out["lse"], np.float64), ctx.ref["lse"]
+    o = np.asarray(ctx.out["o"], np.float64)
+    empty_out = np.isneginf(lse) & (o == 0).all(axis=-1).T          # [H, total_q]
+    lost = empty_out & np.isfinite(ref)
+    wrong = lost | ~np.isclose(lse, ref, rtol=1e-3, atol=1e-3, equal_nan=False) & np.isfinite(ref)
+    if not lost.any() or lost.sum() < 0.9 * wrong.sum():
+        return None
+    h, t = (int(x) for x in np.argwhere(lost)[0])
+    b = next(b for b, (qb, nq, _, _) in enumerate(spans(ctx.inputs)) if qb <= t < qb + nq)
+    qb, nq, _, nk = spans(ctx.inputs)[b]
+    return (f"rows that see keys come out as o = 0 and lse = -inf, as if they saw none ({int(lost.sum())} "
+            f"such rows; the first is token {t}, row {t - qb} of sequence {b}, n_q = {nq}, n_k = {nk}): no key "
+            f"tile ran for them. Check kv_end, one past the last key the tile's last row sees "
+            f"({'min(n_k, q_last + offset + 1)' if ctx.inputs['causal'] else 'n_k'}), and the loop's condition.")
+
+
 def sequence_context(ctx, b: int):
     """Sequence b as a failing case of module 03's layout, so the prefill replays (masks, rescales,
     1/l, lse units, GQA heads, scale, the weights applied) read it as they read a batch of one."""
@@ -251,7 +273,7 @@ def sequence_context(ctx, b: int):
 def diagnose(ctx) -> str | None:
     """The packing bugs first (they strike whole sequences), then the prefill bugs of the first wrong
     sequence, read as a batch of one, then what was observed."""
-    cause = boundary_causes(ctx) or spill_cause(ctx)
+    cause = boundary_causes(ctx) or spill_cause(ctx) or skipped_rows_cause(ctx)
     if cause:
         return cause
     bad = _bad_sequences(ctx)
@@ -271,7 +293,8 @@ def diagnose(ctx) -> str | None:
         return where + cause
     good = [x for x, (_, nq, _, _) in enumerate(spans(ctx.inputs)) if nq and x not in bad]
     if good:
-        return (f"sequences {_lens_text(ctx, bad[:6])} are wrong and sequences {', '.join(map(str, good[:6]))} "
-                f"are right: compare what differs between them (where they start in the packed batch, "
-                f"their lengths, whether another sequence follows).")
+        return (f"{_count(bad, 'sequence')} {_lens_text(ctx, bad[:6])} {'is' if len(bad) == 1 else 'are'} wrong "
+                f"and {_count(good, 'sequence')} {', '.join(map(str, good[:6]))} {'is' if len(good) == 1 else 'are'} "
+                f"right: compare what differs between them (where they start in the packed batch, their "
+                f"lengths, whether another sequence follows).")
     return None

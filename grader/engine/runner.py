@@ -81,6 +81,15 @@ def load_exercise_function(ex: Exercise, path: Path):
     return fn
 
 
+def _shown(path) -> str:
+    """The checked file as the student knows it: relative to the course when it lies inside."""
+    from .. import paths
+    try:
+        return str(Path(path).resolve().relative_to(paths.course_root().resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
 def case_rng(seed: int, case_name: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(case_name.encode())])
 
@@ -241,8 +250,9 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
         todo = ex.todos[0] if ex.todos else "the first TODO"
         res.message = (f"not implemented yet: no output element was written (each still holds the "
                        f"NaN the grader filled it with). Fill in TODO(1) ({todo}) and the TODOs "
-                       f"after it in exercises/{ex.id}.py; the lesson is modules/{ex.id}.md. "
-                       f"Filled them in already? Then check that your launch grid covers every "
+                       f"after it in {_shown(path)}; the lesson is modules/{ex.id}.md. The outputs "
+                       f"are stored by the last TODOs, so this message stays until those are done. "
+                       f"Filled them all in already? Then check that your launch grid covers every "
                        f"element and that the kernel really stores its results.")
         return res
 
@@ -306,12 +316,25 @@ def shrink_candidates(params: dict, task) -> list[dict]:
             values = sorted({1, v // 2, v - 1} - {v, 0})
         for nv in values:
             cand = dict(params, **{key: nv})
+            if key == "B":
+                cand = trim_lens(cand)
             if "H" in cand and "Hkv" in cand and (cand["H"] % cand["Hkv"] or cand["Hkv"] > cand["H"]):
                 continue
             valid = getattr(task, "valid", None)
             if valid is not None and not valid(cand):
                 continue
             out.append(cand)
+    return out
+
+
+def trim_lens(params: dict) -> dict:
+    """Per-sequence lengths "a/b/c" cycle over the batch; with fewer sequences, keep only the ones used
+    (so a shrunk shape prints what it runs: B=2, lens=70/1, not lens=70/1/33/0)."""
+    out = dict(params)
+    for key in ("lens", "lens_k"):
+        if isinstance(out.get(key), str) and "/" in out[key]:
+            vals = out[key].split("/")
+            out[key] = "/".join(vals[b % len(vals)] for b in range(out["B"]))
     return out
 
 

@@ -122,7 +122,9 @@ def _describe_access(kernel, rec, args, arg_slot, bufs, smem, shared_mem) -> str
         return (f"out-of-bounds {rw} of argument {i + 1} ({p.ctype} {p.name}): element "
                 f"{idx}, but the buffer holds {a.size} {a.dtype} elements (shape "
                 f"{tuple(a.shape)}); the index is {beyond}. Check the bounds test on this "
-                "line: the last tile may be partial.")
+                "line (the last tile may be partial), and the index itself: an offset, head or "
+                "stride of another array (a kv head where a query head is due, say) lands outside "
+                "this one.")
     if smem is not None:
         loc = smem.locate(addr)
         if loc is not None:
@@ -175,9 +177,10 @@ def block_order_fault(kernel, args, arg_slot, slot, ref, got, idx, ndiff) -> Ker
         f"({ndiff} element(s) differ). Two blocks write the same elements, and on a GPU, where blocks "
         "run in any order and at once, either may win. Either a block stores past its own part (a guard "
         "against the end of the whole array, where the end of the block's own rows, sequence or split is "
-        "due): every output element must belong to exactly one block. Or several blocks add into the same "
-        "elements on purpose, with a plain += (read, add, write back): on a GPU their updates overwrite "
-        "each other; add with atomicAdd.")
+        "due): every output element must belong to exactly one block. Or the store's index misses a term (a "
+        "sequence's start, the head, a stride), so blocks land on the same elements. Or several blocks add "
+        "into the same elements on purpose, with a plain += (read, add, write back): on a GPU their updates "
+        "overwrite each other; add with atomicAdd.")
 
 
 def canary_fault(kernel, args, arg_slot, slot, off, count) -> KernelFault:

@@ -14,7 +14,7 @@ HINTS = (
     "TODO(1): blockIdx.z is the sequence b. Its queries are tokens cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of the packed q: q_begin = cu_seqlens_q[b], n_q = cu_seqlens_q[b + 1] - q_begin, and the same for the keys with cu_seqlens_k.",
     "TODO(1): the grid has a query tile for every tile of the longest sequence; a shorter sequence has fewer, so `if (q_start >= n_q) return;` (before any __syncthreads: the whole block leaves together).",
     "TODO(2): token t, head h of q is at q + (t · H + h) · D, so query i of this sequence is at q_seq + i · q_stride with q_seq = q + (size_t)q_begin * q_stride + h * D. The keys use kv_stride and h_kv: k_seq = k + (size_t)k_begin * kv_stride + h_kv * D, v_seq likewise.",
-    "TODO(3): everything past this sequence's n_k belongs to the next sequence: kv_end = causal ? min(n_k, q_last + offset + 1) : n_k with q_last = min(q_start + BLOCK_M, n_q) - 1 and offset = n_k - n_q of this sequence.",
+    "TODO(3): everything past this sequence's n_k belongs to the next sequence: kv_end = causal ? min(n_k, q_last + offset + 1) : n_k, with q_last (the tile's last row) and offset = n_k - n_q of this sequence declared just above.",
     "TODO(3): in the per-element loop, if (j >= n_k || (causal && j > i + offset)) s[r][n] = -INFINITY;",
     "TODO(4): o is packed like q: float* o_i = o + (size_t)(q_begin + i) * q_stride + h * D; then the float4 stores of 03's epilogue. lse is [H, total_q]: lse[(size_t)h * total_q + q_begin + i] (thread tx == 0 only).",
 )

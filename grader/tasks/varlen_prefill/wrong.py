@@ -37,7 +37,7 @@ WRONG = [
           edits=(
               ('    if (q_start >= n_q) return;              // the grid covers the longest sequence; this one is shorter\n',
                ''),
-              ('        if (i < n_q) {\n',
+              ("        if (i < n_q) {                       // rows past this sequence's end belong to the next one\n",
                '        if (q_begin + i < total_q) {   // BUG: the end of the buffer, not of the sequence\n'),
           ),
           expect=('order in which the blocks run', 'own part'),

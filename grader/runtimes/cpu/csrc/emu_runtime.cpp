@@ -1119,7 +1119,9 @@ static int describe_stuck(int nthreads) {
     set_text("%d thread(s) of the block, e.g. thread (%u,%u,%u), returned from the kernel while "
              "%d others wait at %s at %s:%d. Every thread of a block must reach each "
              "barrier: instead of an early `return` for threads past the end, guard the "
-             "loads and stores with an `if` and let every thread reach the barrier.",
+             "loads and stores with an `if` and let every thread reach the barrier. (A "
+             "`continue` or `break` that some threads take and others do not splits them "
+             "the same way: a decision to skip a tile must be the same for the whole block.)",
              exited, gone->tid.x, gone->tid.y, gone->tid.z, waiting,
              BARRIER_NAMES[first->wait_op], first->wait_file ? first->wait_file : "?",
              first->wait_line);
