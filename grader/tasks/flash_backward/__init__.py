@@ -12,8 +12,9 @@ GOALS = (
 )
 HINTS = (
     "TODO(1): one warp per row: lanes take c = lane, lane + 32, ...; acc += do_i[c] * o_i[c]; then a butterfly of __shfl_xor_sync over strides 16, 8, 4, 2, 1; lane 0 writes delta[row]. In the same loop, dq_i[c] = 0.0f.",
-    "TODO(2): the forward pass saved lse_i = log sum_j exp(scale · s_ij) (s = q·k, unscaled here), so P_ij = exp(scale · s_ij - lse_i) needs no max and no sum. In exp2 units: exp2f(s[n] * scale_log2 - lse_s[qi]) (lse_s is already multiplied by log2 e). Give 0 where the key is not visible and where lse_s[qi] == -INFINITY.",
-    "TODO(3): const float ds = p * (dp[n] - delta_s[qi]);",
-    "TODO(4): for each row r of the tile: p = p_s[r * LDP + kj], ds = ds_s[r * LDP + kj]; for each feature c = kx + e * KEY_THREADS: acc_dv[e] += p * do_s[r * LD + c]; acc_dk[e] += ds * q_s[r * LD + c]. At the end: dv[row + c] = acc_dv[e]; dk[row + c] = scale * acc_dk[e] for k_start + kj < n_k.",
-    "TODO(5): for row i < n_q and features c = qx + e * ROW_THREADS: acc = sum over j of ds_s[qi * LDP + j] * k_s[j * LD + c]; then atomicAdd(&dq[(bh + i) * D + c], scale * acc). A plain += would lose the other key tiles' shares.",
+    "TODO(2): the forward pass saved lse_i = log sum_j exp(scale · s_ij) (s = q·k, unscaled here), so P_ij = exp(scale · s_ij - lse_i) needs no max and no sum. In exp2 units: exp2f(s[r][n] * scale_log2 - lse_s[qr]) (lse_s is already multiplied by log2 e). Give 0 where the key is not visible and where lse_s[qr] == -INFINITY.",
+    "TODO(3): const float ds = p * (dp[r][n] - delta_s[qr]);",
+    "TODO(4): w_s = half == 0 ? p_s : ds_s and x_s = half == 0 ? do_s : q_s; for each row r of the tile, load w[n] = w_s[r * LDP + kj * KEYS_K + n] and x[e] = x_s[r * LD + slice_col(e, kx)] (float4 at a time), then acc[n][e] += w[n] * x[e].",
+    "TODO(4), the store: row j = k_start + kj * KEYS_K + n of dv (half 0) or dk (half 1), if j < n_k; features slice_col(e, kx); dk gets scale * acc[n][e], dv gets acc[n][e].",
+    "TODO(5): for the thread's rows qi + (2r + half) · ROW_GROUPS: acc_q[r][e] = sum over j of ds_s[row * LDP + j] * k_s[j * LD + slice_col(e, qx)]; then, for rows i = m_start + row < n_q, atomicAdd(&dq[(bh + i) * D + slice_col(e, qx)], scale * acc_q[r][e]). A plain += would lose the other key tiles' shares.",
 )

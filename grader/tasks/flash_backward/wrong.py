@@ -6,8 +6,8 @@ WRONG = [
     Wrong(EX, 'no_delta',
           'D is forgotten: dS = P ∘ dP',
           edits=(
-              ('                const float ds = p * (dp[n] - delta_s[qi]);\n',
-               '                const float ds = p * dp[n];   // BUG: no D\n'),
+              ('                        const float ds = p * (dp[r][n] - delta_s[qr]);\n',
+               '                        const float ds = p * dp[r][n];   // BUG: no D\n'),
           ),
           expect=('D is missing', 'rowsum(dO ∘ O)'),
           cases=('tiny', 'causal_chunked')),
@@ -22,7 +22,7 @@ WRONG = [
     Wrong(EX, 'p_without_scale',
           'P is recomputed without the scale',
           edits=(
-              ('exp2f(s[n] * scale_log2 - lse_s[qi])', 'exp2f(s[n] * M_LOG2E_F - lse_s[qi]) /* BUG: no scale */'),
+              ('exp2f(s[r][n] * scale_log2 - lse_s[qr])', 'exp2f(s[r][n] * M_LOG2E_F - lse_s[qr]) /* BUG: no scale */'),
           ),
           expect=('without the scale',),
           cases=('tiny', 'causal_gqa'),
@@ -30,7 +30,7 @@ WRONG = [
     Wrong(EX, 'p_without_lse',
           'P is recomputed as exp(s), without the lse of the forward pass',
           edits=(
-              ('exp2f(s[n] * scale_log2 - lse_s[qi])', 'exp2f(s[n] * scale_log2) /* BUG: no lse */'),
+              ('exp2f(s[r][n] * scale_log2 - lse_s[qr])', 'exp2f(s[r][n] * scale_log2) /* BUG: no lse */'),
           ),
           expect=('without lse',),
           cases=('tiny', 'primes')),
@@ -39,15 +39,15 @@ WRONG = [
           edits=(
               ('        const size_t bh = (size_t)(b * H + h) * n_q;\n',
                '        const size_t bh = (size_t)(b * H + h) * n_q;\n'
-               '        for (int e = 0; e < FEATS_K; ++e) acc_dk[e] = acc_dv[e] = 0.0f;   // BUG: per head\n'),
+               '        for (int n = 0; n < KEYS_K; ++n) for (int e = 0; e < FEATS_K; ++e) acc[n][e] = 0.0f;   // BUG: per head\n'),
           ),
           expect=('GQA', 'sums over those heads'),
           cases=('gqa_4_to_1', 'causal_gqa')),
     Wrong(EX, 'dq_race',
           'blocks add into dQ with a plain +=, not atomicAdd',
           edits=(
-              ('                    atomicAdd(&dq[(bh + i) * D + c], scale * acc);\n',
-               '                    dq[(bh + i) * D + c] += scale * acc;   // BUG: a race between key tiles\n'),
+              ('                        atomicAdd(&dq[(bh + i) * D + slice_col(e, qx)], scale * acc_q[r][e]);\n',
+               '                        dq[(bh + i) * D + slice_col(e, qx)] += scale * acc_q[r][e];   // BUG: a race between key tiles\n'),
           ),
           expect=('order in which the blocks run', 'atomicAdd'),
           cases=('long', 'many_key_tiles'),
