@@ -45,5 +45,7 @@ def test_stub_fails_with_not_implemented(ex, tmp_path):
     assert not report["passed"]
     assert report["cases"], report
     for case in report["cases"]:
+        if case["passed"] and "bad" in case.get("params", {}):
+            continue      # the launcher's refusal of broken inputs: given code in the stub (module 07)
         assert case["kind"] == "not_implemented", case
         assert "not implemented yet" in case["message"]

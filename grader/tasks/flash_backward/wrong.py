@@ -25,8 +25,7 @@ WRONG = [
               ('exp2f(s[r][n] * scale_log2 - lse_s[qr])', 'exp2f(s[r][n] * M_LOG2E_F - lse_s[qr]) /* BUG: no scale */'),
           ),
           expect=('without the scale',),
-          cases=('tiny', 'causal_gqa'),
-          numeric=True),
+          cases=('tiny', 'causal_gqa')),
     Wrong(EX, 'p_without_lse',
           'P is recomputed as exp(s), without the lse of the forward pass',
           edits=(
@@ -42,7 +41,8 @@ WRONG = [
                '        for (int n = 0; n < KEYS_K; ++n) for (int e = 0; e < FEATS_K; ++e) acc[n][e] = 0.0f;   // BUG: per head\n'),
           ),
           expect=('GQA', 'sums over those heads'),
-          cases=('gqa_4_to_1', 'causal_gqa')),
+          cases=('gqa_4_to_1', 'causal_gqa'),
+          numeric=True),
     Wrong(EX, 'dq_race',
           'blocks add into dQ with a plain +=, not atomicAdd',
           edits=(
