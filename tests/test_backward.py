@@ -91,3 +91,11 @@ def test_the_tolerance_widens_only_where_a_gradient_cancels():
     many = inputs(Nq=40, Nk=50, H=2, Hkv=2, d=32)
     tol = backward.tolerances(many, backward.reference(many), F32)
     assert all(t.rel < 2 * F32.rel for t in tol.values())
+
+
+def test_a_reduction_of_d_that_misses_lanes_is_named():
+    x = inputs(d=64, causal=True)
+    part = (np.arange(64) % 32) < 8
+    dq, dk, dv = backward.gradients(x, delta=lambda p, dp, do, o, b, h: (do * o)[:, part].sum(axis=-1))
+    msg = backward.diagnose(ctx_for(x, dq, dk, dv))
+    assert "D sums only part of its row" in msg and "lanes 0 .. 7" in msg

@@ -207,6 +207,16 @@ def delta_causes(ctx) -> str | None:
     if _replay(ctx, delta=v_as_o):
         return ("D is computed from V instead of O: D_i must be rowsum(dO ∘ O), the output of the forward "
                 "pass (check which array backward_preprocess receives).")
+    d_feat = np.asarray(ctx.inputs["q"]).shape[3]
+    for lanes in (16, 8, 4, 2, 1):            # lane 0 ends with the sums of lanes 0 .. lanes - 1 only
+        part = (np.arange(d_feat) % 32) < lanes
+        if part.all():
+            continue
+        if _replay(ctx, delta=lambda p, dp, do, o, b, h, part=part: (do * o)[:, part].sum(axis=-1)):
+            return (f"D sums only part of its row: the output matches D_i = sum of dO ∘ O over the features "
+                    f"c with c mod 32 < {lanes}, the partial sums of lanes 0 .. {lanes - 1}. The warp's reduction "
+                    f"misses lanes: a butterfly of __shfl_xor_sync must start at stride 16 (then 8, 4, 2, 1) "
+                    f"for all 32 lanes' sums to reach lane 0.")
     if _replay(ctx, delta=lambda p, dp, do, o, b, h: dp.sum(axis=-1)):
         return ("D is the plain row sum of dP = dO V^T. It is the P-weighted sum, D_i = sum_j P_ij dP_ij, "
                 "which equals rowsum(dO ∘ O) since O = P V.")
