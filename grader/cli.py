@@ -267,6 +267,9 @@ def cmd_check(args) -> int:
         print(json.dumps(report, indent=1))
     else:
         printer.finish(report)
+    if getattr(args, "counters", False) and not args.json:
+        print()
+        _counters(ex, path)
     if args.sanitize and not report.get("error"):
         _sanitize(ex, path, report, backend, seed)
     if report.get("error"):
@@ -377,9 +380,19 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .bench import bench
     ex = _exercise(args.id)
+    if args.backend == "cpu":        # no GPU to time: count what the kernel would move instead
+        return _counters(ex, _target_file(ex, args), args.json)
+    from .bench import bench
     return bench(ex, _target_file(ex, args), as_json=args.json, quick=args.quick)
+
+
+def _counters(ex, path, as_json=False) -> int:
+    from .counting import print_counts
+    from .engine.runner import load_exercise_function
+    fn = load_exercise_function(ex, path)
+    config = getattr(fn, "__globals__", {}).get("CONFIG")
+    return print_counts(ex, fn, config if isinstance(config, dict) else {}, as_json)
 
 
 def cmd_stubs(args) -> int:
@@ -462,6 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f"on the CPU, {limits['gpu']:g} on a GPU)")
     s.add_argument("--no-shrink", action="store_true", help="do not look for a smaller failing shape")
     s.add_argument("--plot", action="store_true", help="save a PNG of the first failing case's error")
+    s.add_argument("--counters", action="store_true",
+                   help="then count, on the emulator, what the kernel would move on a GPU (one case)")
     s.add_argument("--sanitize", action="store_true",
                    help="GPU: run the failing case under compute-sanitizer and explain its findings")
     s.set_defaults(func=cmd_check)
@@ -479,9 +494,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("n", nargs="?", type=int, help="show hint N again")
     s.set_defaults(func=cmd_hint)
 
-    s = sub.add_parser("bench", help="time the kernel on the GPU against baselines")
+    s = sub.add_parser("bench", help="time the kernel on the GPU against baselines (--backend cpu: count "
+                                     "what it would move, and estimate its time)")
     target(s)
     s.add_argument("--quick", action="store_true", help="fewer repetitions")
+    s.add_argument("--backend", choices=("gpu", "cpu"), default="gpu",
+                   help="cpu: the emulator's counters and a roofline estimate instead of GPU timings")
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("doctor", help="what this machine can do, and what to install")

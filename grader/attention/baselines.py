@@ -177,3 +177,31 @@ def torch_efficient_backward(b: BenchContext) -> dict:
     q, k, v, o, do = _torch_graph[key]
     dq, dk, dv = torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
     return {"dq": dq, "dk": dk, "dv": dv}
+
+
+# ---- counts for the emulator's counters (grader bench --backend cpu) -------------------------------
+
+def key_tiles(p, config, causal=False) -> tuple[int, int]:
+    """(key tiles a schedule needs, all key tiles), over every (batch, head, query tile): with causal,
+    a key tile is needed when some row of the query tile sees one of its keys (bottom-right)."""
+    bm, bn = config["BLOCK_M"], config["BLOCK_N"]
+    n_q, n_k = p["Nq"], p["Nk"]
+    tq, tk = -(-n_q // bm), -(-n_k // bn)
+    needed = 0
+    for a in range(tq):
+        last = min((a + 1) * bm, n_q) - 1
+        needed += min(tk, max(0, -(-(last + n_k - n_q + 1) // bn))) if causal else tk
+    return p["B"] * p["H"] * needed, p["B"] * p["H"] * tq * tk
+
+
+def prefill_bytes(p, config, causal=False, itemsize=4) -> int:
+    """Global bytes a tiled prefill kernel moves, counted by hand: Q read and O written once, lse
+    written once, and K and V read once per key tile a query tile runs (rows past Nk not read)."""
+    bm, bn = config["BLOCK_M"], config["BLOCK_N"]
+    B, H, n_q, n_k, d = p["B"], p["H"], p["Nq"], p["Nk"], p["d"]
+    kv_rows = 0
+    for a in range(-(-n_q // bm)):
+        last = min((a + 1) * bm, n_q) - 1
+        end = min(n_k, last + n_k - n_q + 1) if causal else n_k
+        kv_rows += min(n_k, -(-max(end, 0) // bn) * bn)
+    return B * H * (2 * n_q * d * itemsize + n_q * 4 + 2 * kv_rows * d * itemsize)

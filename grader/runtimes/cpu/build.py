@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -328,24 +329,43 @@ def _runtime_object() -> Path:
     return target
 
 
-def build(code: str, exprs: list[str], names: list[str], options=(), nvrtc_checked=False) -> Built:
+def counting_flags(version: str) -> list[str]:
+    """ThreadSanitizer's instrumentation without its runtime: every load and store of the kernel
+    calls a __tsan_* function, which csrc/counters.h defines (it counts; no race machinery runs).
+    Function entry and exit are not instrumented (nothing to count there)."""
+    if "clang" in version.lower():
+        return ["-fsanitize=thread", "-mllvm", "-tsan-instrument-func-entry-exit=0"]
+    return ["-fsanitize=thread", "--param", "tsan-instrument-func-entry-exit=0"]
+
+
+def build(code: str, exprs: list[str], names: list[str], options=(), nvrtc_checked=False,
+          counting: bool = False) -> Built:
     """Compile ``code`` (already through base.full_source) with entry points for ``exprs``.
 
     ``names[i]`` is what get_function will be asked for (a kernel name or a name expression).
+    ``counting``: instrument every load and store for the counters (csrc/counters.h); the kernel
+    is compiled with the sanitizer's instrumentation and linked without its runtime.
     """
     cxx, version = _compiler()
     rt_obj = _runtime_object()
     flags = _host_flags() + _defines(options)
+    extra = counting_flags(version) if counting else []
     text = transform(code) + _entry_code(exprs)
     key = hashlib.sha256("\0".join(
-        [text, emulator_sources_digest(), version, cxx, *flags]).encode())
-    target = cache_dir() / f"kernel-{key.hexdigest()[:32]}.so"
+        [text, emulator_sources_digest(), version, cxx, *flags, *extra]).encode())
+    target = cache_dir() / f"kernel-{key.hexdigest()[:32]}{'-counting' if counting else ''}.so"
     if not target.exists():
         def cmd(tmp: Path, out: Path):
             src = tmp / "kernel.cpp"
             src.write_text(text)
-            return [cxx, *flags, "-shared", "-I", str(INCLUDE), "-include", str(HEADER),
-                    str(src), str(rt_obj), "-o", str(out), "-lm", "-ldl"]
+            include = ["-I", str(INCLUDE), "-include", str(HEADER)]
+            if counting:   # compile instrumented, then link without the sanitizer's runtime
+                obj = tmp / "kernel.o"
+                return ["sh", "-c", " ".join(shlex.quote(str(x)) for x in
+                        [cxx, *flags, *extra, *include, "-c", src, "-o", obj]) + " && " +
+                        " ".join(shlex.quote(str(x)) for x in
+                        [cxx, *flags, "-shared", obj, rt_obj, "-o", out, "-lm", "-ldl"])]
+            return [cxx, *flags, "-shared", *include, str(src), str(rt_obj), "-o", str(out), "-lm", "-ldl"]
 
         def fail(log, tmp):
             log = log.replace(str(tmp) + os.sep, "")

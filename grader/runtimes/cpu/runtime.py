@@ -216,6 +216,10 @@ class CpuRuntime(Runtime):
         # Rerun every block in reverse order and compare (a task that needs it turns it on: blocks
         # that write outside their own part of the output, over a neighbour's).
         self.block_order_check = False
+        # Count what each launch would move on a GPU (counters.py): kernels are then built with
+        # every load and store instrumented, and each launch's counts land in counter_log.
+        self.counting = False
+        self.counter_log: list = []
         self.use_nvrtc = _nvrtc.available() if use_nvrtc is None else bool(use_nvrtc)
         self.device_name = "CPU emulator (1 host thread)"
         self._pool = GuardedPool()
@@ -243,7 +247,8 @@ class CpuRuntime(Runtime):
                 self.ptxas_report.update(nvrtc_checked)
         signatures = parse_signatures(source)
         kernels = list(signatures) + [n for n in names if n not in signatures]
-        built = _build.build(code, kernels, kernels, options, nvrtc_checked is not False)
+        built = _build.build(code, kernels, kernels, options, nvrtc_checked is not False,
+                             counting=self.counting)
         return CpuModule(self, built, signatures, student_file, source)
 
     # -----------------------------------------------------------------------------------------
@@ -313,10 +318,17 @@ class CpuRuntime(Runtime):
                 self._check_canaries(kernel, args, arg_slot, bufs)
 
             copy_in()
+            if self.counting:
+                lib.cudaemu_counters_begin()
             try:
                 run(None, 0, "")
             finally:
                 _flush_printf(lib)
+                if self.counting:
+                    lib.cudaemu_counters_end()
+            if self.counting:
+                from .counters import collect
+                self.counter_log.append(collect(kernel, lib, args, arg_slot, grid, block, shared_mem))
             total = grid[0] * grid[1] * grid[2]
             if self.block_order_check and total > 1:
                 self._block_order_check(kernel, run, copy_in, views, args, arg_slot, grid, total, lib)

@@ -1,5 +1,5 @@
 """Benchmark for 02_flash_forward: the tiled kernel against naive attention on cuBLAS."""
-from ...attention.baselines import attention_flops, naive_cublas
+from ...attention.baselines import attention_flops, key_tiles, naive_cublas
 from ...spec import BenchCase
 
 _BIG = dict(B=2, H=16, Hkv=16, Nq=4096, Nk=4096, d=128)
@@ -10,3 +10,11 @@ BENCH = [
     BenchCase("B4_H8_Hkv2_N1024_d64", _SMALL, flops=attention_flops(_SMALL),
               baselines={"naive (cuBLAS)": naive_cublas}),
 ]
+
+# What `grader bench 02 --backend cpu` counts on the emulator, and the schedule's key tiles.
+_COUNT = dict(B=1, H=4, Hkv=4, Nq=512, Nk=512, d=64)
+COUNTER_CASE = BenchCase("counters_B1_H4_N512_d64", _COUNT, flops=attention_flops(_COUNT))
+
+
+def tiles(p, config):
+    return key_tiles(p, config)

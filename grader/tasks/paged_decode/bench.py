@@ -25,3 +25,6 @@ BENCH = [
     _case("batch 1, long context", B=1, H=32, Hkv=8, d=128, ctx=65536, page_size=16, contiguous_copy=True),
     _case("batch 64", B=64, H=32, Hkv=8, d=128, ctx=2048, page_size=16, contiguous_copy=True),
 ]
+
+# What `grader bench --backend cpu` counts on the emulator.
+COUNTER_CASE = _case("counters: batch 4, context 4096", B=4, H=8, Hkv=2, d=128, ctx=4096, page_size=16)

@@ -18,3 +18,6 @@ BENCH = [
     _case("batch 1, long context", B=1, H=32, Hkv=8, d=128, ctx=65536),
     _case("batch 64", B=64, H=32, Hkv=8, d=128, ctx=2048),
 ]
+
+# What `grader bench --backend cpu` counts on the emulator.
+COUNTER_CASE = _case("counters: batch 4, context 4096", B=4, H=8, Hkv=2, d=128, ctx=4096)

@@ -40,6 +40,11 @@
 #define HIDDEN __attribute__((visibility("hidden")))
 #define EXPORT extern "C" __attribute__((visibility("default")))
 
+// Counters (counters.h, included at the end): hooks the runtime calls.
+static void counters_barrier();
+static void counters_block_start(int nthreads);
+static void counters_block_end(int nthreads);
+
 struct uint3 { unsigned int x, y, z; };
 struct dim3 { unsigned int x, y, z; };
 
@@ -456,6 +461,7 @@ extern "C" HIDDEN __attribute__((noreturn)) void __cudaemu_fault(int kind, const
 }
 
 extern "C" HIDDEN void __cudaemu_syncthreads(const char* file, int line) {
+  counters_barrier();
   Fiber* f = cur;
   f->state = AT_BARRIER;
   f->wait_file = file;
@@ -465,6 +471,7 @@ extern "C" HIDDEN void __cudaemu_syncthreads(const char* file, int line) {
 }
 
 extern "C" HIDDEN int __cudaemu_syncthreads_op(int op, int pred, const char* file, int line) {
+  counters_barrier();
   Fiber* f = cur;
   f->state = AT_BARRIER;
   f->wait_file = file;
@@ -1289,7 +1296,9 @@ EXPORT int cudaemu_launch(void (*entry)(void**), void** args, const uint32_t* gr
         int t = perm[i]; perm[i] = perm[j]; perm[j] = t;
       }
     }
+    counters_block_start(nthreads);
     if (run_block(nthreads, perm) != 0) { rc = -1; break; }
+    counters_block_end(nthreads);
   }
   remove_signals();
   free(perm);
@@ -1305,3 +1314,5 @@ EXPORT uint64_t cudaemu_static_shared_bytes() {
 EXPORT uint64_t cudaemu_float_atomics() { return __cudaemu_float_atomics; }
 
 EXPORT uint64_t cudaemu_fault_record_size() { return sizeof(FaultRecord); }
+
+#include "counters.h"
