@@ -38,6 +38,16 @@ static_assert(32 % COLS == 0 && NTHREADS % 32 == 0, "a row group is COLS neighbo
 // floats of shared memory: one conflict-free 128-byte access.
 __device__ __forceinline__ int slice_col(int n, int tx) { return (n / 4) * (COLS * 4) + tx * 4 + n % 4; }
 
+// p_s holds P transposed, one row of BLOCK_M floats per key, and p_col(j, ty) is where rows ty·4 .. ty·4+3
+// of key j start in row j: float4 chunk ty, XORed with (j / 4) % 8 (a swizzle). Unswizzled (chunk ty),
+// the store of P would be an 8-way bank conflict: a 16-byte store is served 8 lanes at a time, and those
+// 8 lanes share ty and write keys slice_col(n, 0..7), whole rows (multiples of 32 banks) apart, so all 8
+// hit banks ty·4 .. ty·4+3. For those keys (j / 4) % 8 = tx (COLS = 8), so with the XOR the 8 lanes write
+// chunks ty ^ 0 .. ty ^ 7: 8 different groups of 4 banks. The P V loop reads one key j across the warp,
+// and ty ^ ((j / 4) % 8) is still a different chunk for each ty: conflict-free both ways.
+static_assert((BLOCK_M / TM) % 8 == 0, "p_col: ty ^ (0..7) must stay below BLOCK_M / TM chunks per row");
+__device__ __forceinline__ int p_col(int j, int ty) { return (ty ^ ((j >> 2) & 7)) * TM; }
+
 template <int D>
 __global__ void __launch_bounds__(NTHREADS)
 flash_forward(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
@@ -53,7 +63,7 @@ flash_forward(const float* __restrict__ q, const float* __restrict__ k, const fl
     float* q_s = reinterpret_cast<float*>(smem4);  // [D][BLOCK_M]   Q tile, transposed
     float* k_s = q_s + D * BLOCK_M;                // [D][BLOCK_N]   K tile, transposed
     float* v_s = k_s + D * BLOCK_N;                // [BLOCK_N][D]   V tile
-    float* p_s = v_s + BLOCK_N * D;                // [BLOCK_N][BLOCK_M]  P tile, transposed
+    float* p_s = v_s + BLOCK_N * D;                // [BLOCK_N][BLOCK_M]  P tile, transposed, swizzled (p_col)
 
     const int tid = threadIdx.x;
     const int tx = tid % COLS;               // which slice of the keys (and of the features)

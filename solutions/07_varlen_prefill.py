@@ -31,6 +31,16 @@ static_assert(32 % COLS == 0 && NTHREADS % 32 == 0, "a row group is COLS neighbo
 // floats of shared memory: one conflict-free 128-byte access.
 __device__ __forceinline__ int slice_col(int n, int tx) { return (n / 4) * (COLS * 4) + tx * 4 + n % 4; }
 
+// p_s holds P transposed, one row of BLOCK_M floats per key, and p_col(j, ty) is where rows ty·4 .. ty·4+3
+// of key j start in row j: float4 chunk ty, XORed with (j / 4) % 8 (a swizzle). Unswizzled (chunk ty),
+// the store of P would be an 8-way bank conflict: a 16-byte store is served 8 lanes at a time, and those
+// 8 lanes share ty and write keys slice_col(n, 0..7), whole rows (multiples of 32 banks) apart, so all 8
+// hit banks ty·4 .. ty·4+3. For those keys (j / 4) % 8 = tx (COLS = 8), so with the XOR the 8 lanes write
+// chunks ty ^ 0 .. ty ^ 7: 8 different groups of 4 banks. The P V loop reads one key j across the warp,
+// and ty ^ ((j / 4) % 8) is still a different chunk for each ty: conflict-free both ways.
+static_assert((BLOCK_M / TM) % 8 == 0, "p_col: ty ^ (0..7) must stay below BLOCK_M / TM chunks per row");
+__device__ __forceinline__ int p_col(int j, int ty) { return (ty ^ ((j >> 2) & 7)) * TM; }
+
 // Packed layout: token t of the batch holds q[t][h][:] for every head, so one token's heads are
 // neighbours and the next token is H · D floats further (H_kv · D for k and v).
 template <int D>
@@ -49,7 +59,7 @@ varlen_prefill(const float* __restrict__ q, const float* __restrict__ k, const f
     float* q_s = reinterpret_cast<float*>(smem4);  // [D][BLOCK_M]   Q tile, transposed
     float* k_s = q_s + D * BLOCK_M;                // [D][BLOCK_N]   K tile, transposed
     float* v_s = k_s + D * BLOCK_N;                // [BLOCK_N][D]   V tile
-    float* p_s = v_s + BLOCK_N * D;                // [BLOCK_N][BLOCK_M]  P tile, transposed
+    float* p_s = v_s + BLOCK_N * D;                // [BLOCK_N][BLOCK_M]  P tile, transposed, swizzled (p_col)
 
     const int tid = threadIdx.x;
     const int tx = tid % COLS;               // which slice of the keys (and of the features)
@@ -192,27 +202,36 @@ varlen_prefill(const float* __restrict__ q, const float* __restrict__ k, const f
                 l[r] += s[r][n];
             }
         }
-        // Publish P (transposed) so that each thread can read the probabilities of its rows for every key.
+        // Publish P (transposed) so that each thread can read the probabilities of its rows for every key;
+        // p_col swizzles the chunks so that neither this store nor the read below has bank conflicts.
         #pragma unroll
-        for (int n = 0; n < TN; ++n)
-            *reinterpret_cast<float4*>(&p_s[slice_col(n, tx) * BLOCK_M + ty * TM]) =
+        for (int n = 0; n < TN; ++n) {
+            const int j = slice_col(n, tx);
+            *reinterpret_cast<float4*>(&p_s[j * BLOCK_M + p_col(j, ty)]) =
                 make_float4(s[0][n], s[1][n], s[2][n], s[3][n]);
+        }
         __syncthreads();                     // all of P is written before anyone reads it
 
-        #pragma unroll 4
-        for (int j = 0; j < BLOCK_N; ++j) {
-            const float4 pj = *reinterpret_cast<const float4*>(&p_s[j * BLOCK_M + ty * TM]);
-            const float pr[TM] = {pj.x, pj.y, pj.z, pj.w};
-            float vj[TD];
+        // Four keys per step: p_col(j, ty) is the same for keys j0 .. j0+3, so they share one column
+        // (in a flat loop over j the compiler keeps 4 addresses live: flash_forward<64> spilled registers).
+        #pragma unroll 1
+        for (int j0 = 0; j0 < BLOCK_N; j0 += 4) {
+            const int pc = p_col(j0, ty);
             #pragma unroll
-            for (int e = 0; e < TD; e += 4) {
-                const float4 vc = *reinterpret_cast<const float4*>(&v_s[j * D + slice_col(e, tx)]);
-                vj[e] = vc.x; vj[e + 1] = vc.y; vj[e + 2] = vc.z; vj[e + 3] = vc.w;
-            }
-            #pragma unroll
-            for (int r = 0; r < TM; ++r)
+            for (int j = j0; j < j0 + 4; ++j) {
+                const float4 pj = *reinterpret_cast<const float4*>(&p_s[j * BLOCK_M + pc]);
+                const float pr[TM] = {pj.x, pj.y, pj.z, pj.w};
+                float vj[TD];
                 #pragma unroll
-                for (int e = 0; e < TD; ++e) acc[r][e] += pr[r] * vj[e];
+                for (int e = 0; e < TD; e += 4) {
+                    const float4 vc = *reinterpret_cast<const float4*>(&v_s[j * D + slice_col(e, tx)]);
+                    vj[e] = vc.x; vj[e + 1] = vc.y; vj[e + 2] = vc.z; vj[e + 3] = vc.w;
+                }
+                #pragma unroll
+                for (int r = 0; r < TM; ++r)
+                    #pragma unroll
+                    for (int e = 0; e < TD; ++e) acc[r][e] += pr[r] * vj[e];
+            }
         }
         __syncthreads();                     // everyone is done with k_s, v_s, p_s before the next tile overwrites them
     }

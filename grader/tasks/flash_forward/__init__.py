@@ -17,7 +17,7 @@ HINTS = (
     'TODO(3): keys past n_k in the last tile must get score -INFINITY, not 0: when kv_start + BLOCK_N > n_k, set s[r][n] = -INFINITY wherever kv_start + slice_col(n, tx) >= n_k.',
     "TODO(4): a row's keys are spread over 8 neighbouring lanes (tx = 0..7): take the max over your TN keys, then combine it with __shfl_xor_sync at strides 4, 2, 1, outside any if.",
     'TODO(4): when the max grows from m to m_new, multiply l and every acc[r][e] by alpha = exp2f(m - m_new) before adding the tile; then s[r][n] = exp2f(s[r][n] - m_new) is P, and l[r] += s[r][n].',
-    "TODO(4): write P transposed at p_s[slice_col(n, tx) * BLOCK_M + ty * TM + r], __syncthreads(), then acc[r][e] += p_s[j * BLOCK_M + ty * TM + r] * v_s[j * D + slice_col(e, tx)] over the tile's keys j, and __syncthreads() again before the next tile overwrites k_s, v_s and p_s.",
+    "TODO(4): write P transposed: for key j = slice_col(n, tx), p_s[j * BLOCK_M + p_col(j, ty) + r] = s[r][n] (p_col swizzles the rows' chunk so the 8 threads of a row hit different banks), __syncthreads(), then acc[r][e] += p_s[j * BLOCK_M + p_col(j, ty) + r] * v_s[j * D + slice_col(e, tx)] over the tile's keys j, and __syncthreads() again before the next tile overwrites k_s, v_s and p_s.",
     "TODO(5): add up a row's 8 partial l with __shfl_xor_sync (strides 4, 2, 1) before any if; then, for rows i < n_q, o = acc * (1 / l) and, from tx == 0, lse = (m + log2f(l)) * M_LN2_F (the scores are in log2 units).",
     'TODO(6): grid = (cdiv(n_q, BLOCK_M), H, B), block = (NTHREADS,), smem = shared_bytes(d); past 48 KB, kernel.max_dynamic_shared_size_bytes = smem before the launch.',
 )
