@@ -19,7 +19,7 @@ from functools import lru_cache
 class _Row(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in (
         "pc", "g_read", "g_write", "g_requests", "g_sectors", "s_requests", "s_wavefronts", "s_ideal",
-        "lanes", "groups", "partial_groups", "warp_lanes")]
+        "lanes", "groups", "partial_groups", "warp_lanes", "g_unique")]
 
 
 @dataclass
@@ -36,10 +36,11 @@ class LineCounts:
     warp_lanes: int = 0
     groups: int = 0
     partial_groups: int = 0
+    g_unique: int = 0          # distinct bytes per request, summed
 
     def add(self, other) -> None:
         for f in ("g_read", "g_write", "g_requests", "g_sectors", "s_requests", "s_wavefronts", "s_ideal",
-                  "lanes", "warp_lanes", "groups", "partial_groups"):
+                  "lanes", "warp_lanes", "groups", "partial_groups", "g_unique"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
 
     @property
@@ -53,7 +54,7 @@ class LineCounts:
     @property
     def coalescing(self) -> float:
         """Bytes used per byte of the sectors moved (1: every byte of every sector is used)."""
-        return self.global_bytes / (32 * self.g_sectors) if self.g_sectors else 1.0
+        return self.g_unique / (32 * self.g_sectors) if self.g_sectors else 1.0
 
     @property
     def conflict_ways(self) -> float:
@@ -129,7 +130,7 @@ def collect(kernel, lib, args, arg_slot, grid, block, shared_mem) -> LaunchCount
         line = by_line.setdefault(key, LineCounts(key))
         line.add(LineCounts(key, *[int(getattr(r, f)) for f in (
             "g_read", "g_write", "g_requests", "g_sectors", "s_requests", "s_wavefronts", "s_ideal", "lanes",
-            "warp_lanes", "groups", "partial_groups")]))
+            "warp_lanes", "groups", "partial_groups", "g_unique")]))
     read, write, argpos = (ctypes.c_uint64 * 64)(), (ctypes.c_uint64 * 64)(), (ctypes.c_int32 * 64)()
     m = lib.cudaemu_counters_args(read, write, argpos, 64)
     params = kernel.params or []
@@ -256,6 +257,10 @@ def table(report: Report, top: int = 6) -> str:
             if line.partial_groups:
                 parts.append(f"{100 * line.lanes / max(line.warp_lanes, 1):.0f}% lanes active")
             out.append(f"      {line.where:28s} " + "; ".join(parts))
+        conflicted = [x for x in lines.values() if x.conflict_ways > 1.001 and x not in hot]
+        for line in sorted(conflicted, key=lambda x: -x.s_wavefronts)[:top]:
+            out.append(f"      {line.where:28s} shared {line.s_requests} requests, "
+                       f"{line.conflict_ways:.1f}-way bank conflicts")
         for r in races[:1]:
             out.append(f"    race: {r}")
     return "\n".join(out)

@@ -38,6 +38,7 @@ struct CounterRow {   // one instruction (cudaemu_counters_rows), read by cpu/co
   uint64_t g_read, g_write, g_requests, g_sectors;
   uint64_t s_requests, s_wavefronts, s_ideal;
   uint64_t lanes, groups, partial_groups, warp_lanes;
+  uint64_t g_unique;  // distinct bytes per request, summed (lanes reading the same bytes count once)
 };
 
 static int counting;
@@ -198,6 +199,22 @@ static uint64_t phases(const CountedAccess* g, int n) {
   return (uint64_t)__builtin_popcount(seen);
 }
 
+// Distinct bytes of one request: lanes that read the same bytes (a broadcast) count once.
+static uint64_t unique_bytes(const CountedAccess* g, int n) {
+  uint64_t b[32 * 2];
+  int nb = 0;
+  for (int k = 0; k < n && nb < 64; ++k) { b[nb++] = ((uint64_t)g[k].addr << 6) | g[k].size; }
+  qsort(b, (size_t)nb, sizeof b[0], cmp_u64);
+  uint64_t total = 0, end = 0;
+  for (int k = 0; k < nb; ++k) {
+    uint64_t lo = b[k] >> 6, hi = lo + (b[k] & 63);
+    if (hi <= end) continue;
+    total += hi - (lo > end ? lo : end);
+    end = hi;
+  }
+  return total;
+}
+
 static uint64_t sectors(const CountedAccess* g, int n) {
   uint64_t s[64];
   int ns = 0;
@@ -299,6 +316,7 @@ static void counters_block_end(int nthreads) {
     if (g[0].arg >= 0) {
       row->g_requests += 1;
       row->g_sectors += sectors(g, n);
+      row->g_unique += unique_bytes(g, n);
     } else {
       row->s_requests += 1;
       row->s_wavefronts += wavefronts(g, n);
