@@ -2,7 +2,7 @@
 counted by the emulator on one representative case, and a roofline estimate of its time.
 
 A task's bench.py may declare `COUNTER_CASE` (a BenchCase: the shape, its FLOPs or bytes) and
-`tiles(params, config) -> (needed, all)`, the key tiles a schedule needs (causal, block-sparse)
+`tiles(params, config, inputs) -> (needed, all)`, the key tiles a schedule needs (causal, block-sparse)
 out of all of them. Without COUNTER_CASE, the largest check case is counted and no estimate made.
 """
 from __future__ import annotations
@@ -79,7 +79,7 @@ def summary(ex, fn, config: dict | None, params: dict | None = None) -> dict:
     cfg = config or {}
     if tiles is not None and "k" in out["args_read"] and cfg.get("BLOCK_N"):
         p = case.params
-        needed, every = tiles(p, cfg)
+        needed, every = tiles(p, cfg, inputs)
         tile_bytes = cfg["BLOCK_N"] * p["d"] * np.dtype(np.asarray(inputs["k"]).dtype).itemsize
         out["tiles"] = {"computed": out["args_read"]["k"] / tile_bytes, "needed": needed, "all": every}
     if case.flops or case.bytes:

@@ -4,6 +4,7 @@ Random block masks at the kernel's tile size (64 × 64: one byte per tile), the 
 contender. FLOPs are the useful work, density × 4·N²·d per head, so a kernel that skips perfectly
 keeps its TFLOP/s as the density falls, and its time follows the ideal line density × (time at 100%).
 """
+from ...attention import blocksparse
 from ...attention.baselines import attention_flops
 from ...spec import BenchCase, BenchContext
 
@@ -26,3 +27,20 @@ def _case(density):
 
 
 BENCH = [_case(x) for x in DENSITIES]
+
+
+# What `grader bench 08 --backend cpu` counts on the emulator: a 25% random mask of 32 x 32 blocks
+# (not the tile: partial tiles run with the per-element test), and the key tiles the mask needs.
+_COUNT = dict(B=1, H=2, Hkv=2, Nq=512, Nk=512, d=64, pattern="random", density=0.25, mb_m=32, mb_n=32)
+COUNTER_CASE = BenchCase("counters_density_025_N512_blocks_32", _COUNT, flops=0.25 * attention_flops(_COUNT))
+
+
+def tiles(p, config, inputs):
+    """Key tiles whose rectangle of mask blocks holds a kept one, over every (batch, head, query tile)."""
+    tile = (config["BLOCK_M"], config["BLOCK_N"])
+    mask = inputs["block_mask"]
+    needed = sum(int((blocksparse.tile_classes(mask[b, h], (p["mb_m"], p["mb_n"]), p["Nq"], p["Nk"], tile,
+                                               bool(p.get("causal"))) > 0).sum())
+                 for b in range(p["B"]) for h in range(p["H"]))
+    every = p["B"] * p["H"] * blocksparse.cdiv(p["Nq"], tile[0]) * blocksparse.cdiv(p["Nk"], tile[1])
+    return needed, every

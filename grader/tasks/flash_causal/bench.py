@@ -25,5 +25,5 @@ _COUNT = dict(B=1, H=4, Hkv=4, Nq=512, Nk=512, d=64)
 COUNTER_CASE = BenchCase("counters_causal_B1_H4_N512_d64", _COUNT, flops=attention_flops(_COUNT, causal=True))
 
 
-def tiles(p, config):
+def tiles(p, config, inputs=None):
     return key_tiles(p, config, causal=True)

@@ -16,5 +16,5 @@ _COUNT = dict(B=1, H=4, Hkv=4, Nq=512, Nk=512, d=64)
 COUNTER_CASE = BenchCase("counters_B1_H4_N512_d64", _COUNT, flops=attention_flops(_COUNT))
 
 
-def tiles(p, config):
+def tiles(p, config, inputs=None):
     return key_tiles(p, config)
