@@ -231,8 +231,9 @@ def table(report: Report, top: int = 6) -> str:
             barriers += c.barriers
             for line in c.lines:
                 lines.setdefault(line.where, LineCounts(line.where)).add(line)
+        per_block = barriers / max(blocks, 1)
         out.append(f"  {name}: {len(launches)} launch(es), {blocks} blocks, "
-                   f"{barriers / max(blocks, 1):.0f} barriers per block")
+                   f"{per_block:.0f} barrier{'' if round(per_block) == 1 else 's'} per block")
         out.append(f"    global: {total.g_read / 1e6:.3f} MB read, {total.g_write / 1e6:.3f} MB written, "
                    f"{total.sectors_per_request:.1f} sectors per warp request "
                    f"({100 * total.coalescing:.0f}% of the bytes moved are used)")

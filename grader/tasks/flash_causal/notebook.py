@@ -146,4 +146,53 @@ for i in range(12):
     sees = f"keys 0..{last}" if last >= 0 else "no key"
     print(f"query {i:2d}  sees {sees:10s}  lse = {lse[0, 0, i]:8.4f}   sum |o| = {np.abs(o[0, 0, i]).sum():.4f}")
 '''),
+md(r'''
+## 4. Tiles loaded: the emulator's counters
+
+A kernel that never skips (`kv_end = n_k`, the stub's line) computes the same output — every skipped
+tile is fully masked — so it passes every check. The emulator's counters tell the two apart without a
+GPU: they count the bytes of K each kernel reads, and so the key tiles it loads, against the tiles the
+causal schedule needs. Both kernels run once on a small shape (the counters always run on the CPU
+emulator, also on a GPU machine); the variant is the solution's text with its `kv_end` line replaced.
+`grader bench 03 --backend cpu` prints the full report on a larger case.
+'''),
+
+code(r'''
+import re, tempfile
+from pathlib import Path
+from grader import catalogue, paths
+from grader.counting import summary
+from grader.engine.runner import load_exercise_function
+
+ex = catalogue.resolve("03")
+p = dict(B=1, H=2, Hkv=2, Nq=256, Nk=256, d=64)          # small: a few seconds each on the emulator
+src = paths.solution_file(ex.id).read_text()
+line = re.compile(r"^\s*const int kv_end = .*;$", re.M)  # the solution's kv_end line (not the STUB comment)
+assert len(line.findall(src)) == 1
+variant_src = line.sub("    const int kv_end = n_k;", src)
+
+counts = {"solution": summary(ex, causal.flash_causal, causal.CONFIG, p)}
+with tempfile.TemporaryDirectory() as tmp:
+    path = Path(tmp) / "03_flash_causal.py"
+    path.write_text(variant_src)
+    no_skip = load_exercise_function(ex, path)
+    counts["kv_end = n_k"] = summary(ex, no_skip, causal.CONFIG, p)
+
+needed, every = counts["solution"]["tiles"]["needed"], counts["solution"]["tiles"]["all"]
+fig, axs = plt.subplots(1, 2, figsize=(10, 3.5))
+labels = list(counts)
+axs[0].bar(labels, [c["tiles"]["computed"] for c in counts.values()], color=["tab:green", "tab:red"])
+axs[0].axhline(needed, ls="--", c="k", label=f"the causal schedule needs {needed}")
+axs[0].axhline(every, ls=":", c="gray", label=f"all tiles: {every}")
+axs[0].set_ylim(0, 1.35 * every); axs[0].set_ylabel("key tiles loaded"); axs[0].legend(loc="upper left"); axs[0].set_title("key tiles loaded")
+axs[1].bar(labels, [c["global_bytes"] / 1e6 for c in counts.values()], color=["tab:green", "tab:red"])
+axs[1].axhline(counts["solution"]["compulsory_bytes"] / 1e6, ls="--", c="k", label="minimum: every array once")
+axs[1].set_ylim(0, 1.35 * max(c["global_bytes"] for c in counts.values()) / 1e6)
+axs[1].set_ylabel("MB"); axs[1].legend(loc="upper left"); axs[1].set_title("global bytes moved")
+fig.suptitle(f"counted on the emulator, B={p['B']} H={p['H']} N={p['Nq']} d={p['d']}")
+plt.tight_layout(); plt.show()
+for name, c in counts.items():
+    print(f"{name:13s} key tiles {c['tiles']['computed']:4.0f} (needs {needed} of {every})   "
+          f"global {c['global_bytes'] / 1e6:.3f} MB (minimum {c['compulsory_bytes'] / 1e6:.3f} MB)")
+'''),
 ]

@@ -174,4 +174,47 @@ for n, a, b in zip(Ns, t_naive, t_flash):
     tf = baselines.attention_flops(dict(B=B, H=H, Nq=n, Nk=n, d=d)) / (b * 1e-3) / 1e12
     print(f"N={n:5d}  naive {a:9.3f} ms   flash {b:9.3f} ms   flash {tf:6.2f} TFLOP/s   naive/flash {a / b:5.2f}")
 '''),
+md(r'''
+## 4. What the kernel moves: the emulator's counters
+
+Timing on the emulator says nothing about a GPU, but the emulator can **count**: every load and store
+of the kernel, which array it touches, how many 32-byte sectors each warp request covers. Here the
+solution runs once on a small shape (these counters always run on the CPU emulator, also on a GPU
+machine) and the bytes it reads and writes per array are set against the minimum: every input read
+once, every output written once. Q, O and lse sit on their minimum; K and V are read once per query
+tile (`N / BLOCK_M` times), which is the price of keeping the scores on chip.
+`grader bench 02 --backend cpu` prints the full report on a larger case (lesson 02, "What the
+counters say").
+'''),
+
+code(r'''
+from grader import catalogue
+from grader.counting import summary
+
+ex = catalogue.resolve("02")
+p = dict(B=1, H=2, Hkv=2, Nq=256, Nk=256, d=64)          # small: a few seconds on the emulator
+cnt = summary(ex, flash.flash_forward, flash.CONFIG, p)
+q_bytes = p["B"] * p["H"] * p["Nq"] * p["d"] * 4
+kv_bytes = p["B"] * p["Hkv"] * p["Nk"] * p["d"] * 4
+minimum = {"q": q_bytes, "k": kv_bytes, "v": kv_bytes, "o": q_bytes, "lse": p["B"] * p["H"] * p["Nq"] * 4}
+names = list(minimum)
+counted = [cnt["args_read"].get(a, 0) + cnt["args_written"].get(a, 0) for a in names]
+kind = ["read" if cnt["args_read"].get(a, 0) else "written" for a in names]
+
+xs = np.arange(len(names))
+fig, ax = plt.subplots(figsize=(7, 3.5))
+ax.bar(xs - 0.2, [minimum[a] / 1e3 for a in names], 0.4, label="minimum (once)", color="tab:gray")
+ax.bar(xs + 0.2, [c / 1e3 for c in counted], 0.4, label="counted by the emulator", color="tab:blue")
+ax.set_xticks(xs, [f"{a}\n({k})" for a, k in zip(names, kind)])
+ax.set_ylabel("kB"); ax.legend()
+ax.set_title(f"02 solution, B={p['B']} H={p['H']} N={p['Nq']} d={p['d']}: global bytes per array")
+plt.tight_layout(); plt.show()
+for a, c, k in zip(names, counted, kind):
+    print(f"{a:4s} {k:8s} {c / 1e3:8.1f} kB   minimum {minimum[a] / 1e3:7.1f} kB   ({c / minimum[a]:.1f}x)")
+print(f"total {cnt['global_bytes'] / 1e6:.3f} MB against {cnt['compulsory_bytes'] / 1e6:.3f} MB;"
+      f" key tiles loaded {cnt['tiles']['computed']:.0f}, the schedule needs {cnt['tiles']['needed']}")
+for name, k in cnt["kernels"].items():
+    print(f"{name}: {k['sectors'] / k['requests']:.1f} sectors per global warp request,"
+          f" {k['wavefronts'] / k['ideal_wavefronts']:.2f} shared wavefronts per conflict-free one")
+'''),
 ]
