@@ -297,3 +297,20 @@ def test_inf_with_small_scores_is_not_called_an_overflow(tmp_path):
     msg = run_check(EX, path, "cpu", 1, cases=["tiny"])["cases"][0]["message"]
     assert "large scores" not in msg and "overflow" not in msg.split("likely cause:")[-1].split(".")[0]
     assert "+inf where the answer is finite" in msg and "cannot have overflowed" in msg
+
+
+def test_an_output_never_written_while_others_were_is_named_as_such():
+    import numpy as np
+
+    from grader.engine.compare import compare
+    from grader.engine.diagnose import Context, generic
+    from grader.runtimes.base import POISON_BITS
+    ref = {"dq": np.ones((2, 3)), "dk": np.ones((2, 3)), "dv": np.ones((2, 3))}
+    poison = np.full((2, 3), POISON_BITS[4], np.uint32).view(np.float32)
+    out = {"dq": np.zeros((2, 3), np.float32), "dk": poison.copy(), "dv": poison.copy()}
+    cmp = {n: compare(n, out[n], ref[n], 1e-5, 1e-4) for n in ref}
+    msg = generic(Context(None, {}, {}, ref, out, cmp))
+    assert msg.startswith("dk and dv were never written at all") and "while dq was written" in msg
+    out["dk"][0, 0] = 1.0                   # partly written: the element-level message, not this one
+    cmp = {n: compare(n, out[n], ref[n], 1e-5, 1e-4) for n in ref}
+    assert generic(Context(None, {}, {}, ref, out, cmp)).startswith("dv was never written at all")

@@ -121,6 +121,16 @@ def generic(ctx: Context) -> str | None:
     cause = overflow(ctx)
     if cause:
         return cause
+    # Whole outputs never written while others were: the code that stores them has not run.
+    blank = [n for n, c in ctx.cmp.items() if c.unwritten.size and c.unwritten.all()]
+    if blank and len(blank) < len(ctx.cmp):
+        names = " and ".join(blank)
+        others = " and ".join(n for n in ctx.cmp if n not in blank)
+        return (f"{names} {'was' if len(blank) == 1 else 'were'} never written at all (every element still "
+                f"holds the NaN the grader filled it with), while {others} {'was' if len(ctx.cmp) - len(blank) == 1 else 'were'} "
+                f"written: the code that stores {names} has not run. Is the TODO that writes "
+                f"{'it' if len(blank) == 1 else 'them'} still open, or does the store sit behind a condition "
+                "that no thread meets?")
     for name, c in ctx.cmp.items():
         got, want = np.asarray(ctx.out[name], np.float64), ctx.ref[name]
         if c.unwritten.any():
