@@ -1,4 +1,4 @@
-"""The `grader` command: list, check, hint, bench, doctor (and `stubs`, `notebooks` for instructors).
+"""The `grader` command: list, check, watch, hint, bench, doctor, clean (and `stubs`, `notebooks` for instructors).
 
 Exit codes: 0 success, 1 a check failed, 2 a usage or environment error.
 """
@@ -446,9 +446,42 @@ def cmd_notebooks(args) -> int:
     return 0
 
 
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+    try:
+        return installed("flash-attention-course")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
+def cmd_clean(args) -> int:
+    """Remove what the grader keeps outside the course: the compiled-kernel cache and stale plot folders."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from .runtimes.cpu.build import cache_dir
+    targets = [cache_dir()]          # only the grader's own folder, never what $GRADER_CACHE names
+    targets += sorted(Path(tempfile.gettempdir()).glob("grader-plot-*"))
+    removed = 0
+    for path in targets:
+        if not path.exists():
+            continue
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
+        removed += size
+        print(f"{'would remove' if args.dry_run else 'removed'} {path} ({size / 2**20:.1f} MB)")
+        if not args.dry_run:
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink()
+    if not removed:
+        print(f"nothing to remove (the kernel cache lives in {cache_dir()})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="grader", description="FlashAttention from scratch: check, hint, "
                                 "bench. Exercise ids may be given as 02_flash_forward, 02, 2 or flash_forward.")
+    p.add_argument("--version", action="version", version=f"grader {version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("list", help="the course in order, with your progress")
@@ -504,6 +537,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("doctor", help="what this machine can do, and what to install")
     s.set_defaults(func=cmd_doctor)
+
+    s = sub.add_parser("clean", help="remove the compiled-kernel cache (rebuilt when needed) and stale plot folders")
+    s.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    s.set_defaults(func=cmd_clean)
 
     s = sub.add_parser("stubs", help="(instructors) derive exercises/ from solutions/")
     s.add_argument("ids", nargs="*")

@@ -148,3 +148,24 @@ def test_watch_rechecks_when_the_file_is_saved(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_version_and_clean(tmp_path, monkeypatch, capsys):
+    from grader.cli import main
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("grader ")
+    import tempfile
+    monkeypatch.setenv("GRADER_CACHE", str(tmp_path))
+    (tmp_path / "tmp" / "grader-plot-old").mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))     # not the machine's own temp folder
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "kernel.so").write_bytes(b"x" * 2048)
+    (tmp_path / "keep.txt").write_text("not the grader's")
+    assert main(["clean", "--dry-run"]) == 0
+    assert "would remove" in capsys.readouterr().out and (tmp_path / "cpu").exists()
+    assert main(["clean"]) == 0
+    assert "removed" in capsys.readouterr().out
+    assert not (tmp_path / "cpu").exists() and (tmp_path / "keep.txt").exists()
+    assert not (tmp_path / "tmp" / "grader-plot-old").exists()
+    assert main(["clean"]) == 0
+    assert "nothing to remove" in capsys.readouterr().out
