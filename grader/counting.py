@@ -124,3 +124,28 @@ def print_counts(ex, fn, config, as_json=False) -> int:
     else:
         print("  no estimate: this module declares no FLOP or byte count for its counter case.")
     return 0
+
+
+def bytes_chart(s: dict):
+    """A figure of a summary's bytes per array, read and written, as the emulator counted them."""
+    import matplotlib.pyplot as plt
+    names = [n for n in s["args_read"] if s["args_read"][n] or s["args_written"].get(n)]
+    x = np.arange(len(names))
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.bar(x - 0.2, [s["args_read"][n] / 1e6 for n in names], 0.4, label="read (counted)")
+    ax.bar(x + 0.2, [s["args_written"].get(n, 0) / 1e6 for n in names], 0.4, label="written (counted)")
+    ax.set_xticks(x)
+    ax.set_xticklabels(names, rotation=30, ha="right")
+    ax.set_ylabel("MB")
+    ax.set_title(f"bytes per array: {s['global_bytes'] / 1e6:.2f} MB moved, "
+                 f"{s['compulsory_bytes'] / 1e6:.2f} MB minimum")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def kernel_lines(s: dict) -> str:
+    """One line per kernel of a summary: blocks, sectors per request, shared wavefronts."""
+    return "\n".join(f"{name}: {k['blocks']} blocks, {k['sectors'] / max(k['requests'], 1):.1f} sectors per warp "
+                     f"request, {k['wavefronts']} shared wavefronts for {k['ideal_wavefronts']} without conflicts"
+                     for name, k in s["kernels"].items())

@@ -135,21 +135,10 @@ machine this notebook runs on.)
 
 code(r'''
 from grader import catalogue
-from grader.counting import summary
+from grader.counting import bytes_chart, kernel_lines, summary
 ex = catalogue.resolve("04")
 s = summary(ex, getattr(sol, ex.entry), getattr(sol, "CONFIG", {}), dict(B=2, H=4, Hkv=2, d=64, ctx=512))
-names = [n for n in s["args_read"] if s["args_read"][n] or s["args_written"].get(n)]
-read = [s["args_read"][n] / 1e6 for n in names]
-written = [s["args_written"].get(n, 0) / 1e6 for n in names]
-fig, ax = plt.subplots(figsize=(7, 3.5))
-x = np.arange(len(names))
-ax.bar(x - 0.2, read, 0.4, label="read (counted)")
-ax.bar(x + 0.2, written, 0.4, label="written (counted)")
-ax.set_xticks(x); ax.set_xticklabels(names, rotation=30, ha="right"); ax.set_ylabel("MB")
-ax.set_title(f"bytes per array: {s['global_bytes'] / 1e6:.2f} MB moved, {s['compulsory_bytes'] / 1e6:.2f} MB minimum")
-ax.legend(); plt.tight_layout(); plt.show()
-for name, k in s["kernels"].items():
-    print(f"{name}: {k['blocks']} blocks, {k['sectors'] / max(k['requests'], 1):.1f} sectors per warp request, "
-          f"{k['wavefronts']} shared wavefronts for {k['ideal_wavefronts']} without conflicts")
+bytes_chart(s); plt.show()
+print(kernel_lines(s))
 '''),
 ]
