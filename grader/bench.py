@@ -4,6 +4,11 @@ A task's bench.py holds BENCH, a list of spec.BenchCase. Each names its inputs' 
 that matters (FLOPs for compute-bound kernels, bytes for memory-bound ones) and baselines: callables
 (BenchContext) -> outputs, timed exactly like the student's function. Baselines that need the course's
 own solution of a module get it from BenchContext.solution: this command loads it, not the task.
+
+Each time is also shown as a share of the device's roofline (grader/roofline.py): the case's FLOPs at
+the peak of the units it uses, or its bytes at the DRAM bandwidth, whichever takes longer. The bytes
+are the case's own count when it gives one (decode: the K/V it must read), else the minimum any
+kernel moves: every input read once and every output written once.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import json
 import numpy as np
 
 from .errors import GraderError
+from .roofline import Bound, device_peaks, uses_tensor_cores
 from .spec import BenchCase, BenchContext
 
 
@@ -64,8 +70,25 @@ def rate(case: BenchCase, ms: float) -> str:
     return ""
 
 
-def bench(ex, path, as_json=False, quick=False) -> int:
+def _nbytes(x) -> int:
+    """The bytes of every array in x (an array, or a tuple, list or dict of them)."""
+    if isinstance(x, dict):
+        return sum(_nbytes(v) for v in x.values())
+    if isinstance(x, (tuple, list)):
+        return sum(_nbytes(v) for v in x)
+    return int(getattr(x, "nbytes", 0))
+
+
+def _solution(ex_id: str):
+    """A module's solution, for the baselines that time it (SolutionMissing in a student release)."""
     from .course import load
+    from .release import solution_path
+    solution_path(ex_id, "this baseline")
+    return load(ex_id)
+
+
+def bench(ex, path, as_json=False, quick=False) -> int:
+    from .release import SolutionMissing
     from .engine.runner import case_rng, load_exercise_function
     from .runtimes import get_runtime
     from .tasks import load_piece, load_task
@@ -75,8 +98,9 @@ def bench(ex, path, as_json=False, quick=False) -> int:
     if not cases:
         raise GraderError(f"{ex.id} has no benchmark yet.")
     fn = load_exercise_function(ex, path)
-    solution = functools.lru_cache(maxsize=None)(load)      # each module's solution imported once
+    solution = functools.lru_cache(maxsize=None)(_solution)      # each module's solution imported once
     reps, warmup = (5, 1) if quick else (20, 3)
+    peaks = device_peaks(rt)
     rows = []
     for case in cases:
         inputs = task.make_inputs(case.params, case_rng(0, case.name))
@@ -86,26 +110,53 @@ def bench(ex, path, as_json=False, quick=False) -> int:
         for name, base in case.baselines.items():
             contenders[name] = (lambda b=base: b(ctx))
         row = {"case": case.name, "params": case.params, "results": {}}
+        roof = None
         for name, f in contenders.items():
             try:
                 ms = float(np.median(time_gpu(f, rt, warmup, reps)))
-                row["results"][name] = {"median_ms": ms, "rate": rate(case, ms).strip(),
-                                        "peak_mb": peak_bytes(f, rt) / 2**20}
+                row["results"][name] = r = {"median_ms": ms, "rate": rate(case, ms).strip(),
+                                            "peak_mb": peak_bytes(f, rt) / 2**20}
+                if peaks is not None:
+                    if roof is None:        # the first contender is the student's kernel
+                        read = {k: v for k, v in dev.items() if k not in case.baseline_only}
+                        moved = case.bytes or _nbytes(read) + _nbytes(f())
+                        roof = Bound(peaks, case.flops, moved, uses_tensor_cores(case.params))
+                        row["roofline"] = {"limit": roof.limit, "ms": roof.seconds * 1e3,
+                                           "flops": case.flops, "bytes": moved}
+                    r["roofline_pct"] = 100 * roof.share(ms)
+            except SolutionMissing as e:      # a student release: no solution to time
+                row["results"][name] = {"skipped": f"needs solutions/{e.ex_id}.py, which a student "
+                                                   "release leaves out"}
             except Exception as e:  # a baseline that does not fit in memory, say
                 row["results"][name] = {"error": f"{type(e).__name__}: {e}"}
         rows.append(row)
         rt.xp.get_default_memory_pool().free_all_blocks()
-    out = {"id": ex.id, "file": str(path), "device": rt.device_name, "cases": rows}
+    out = {"id": ex.id, "file": str(path), "device": rt.device_name, "cases": rows,
+           "peaks": None if peaks is None else {"dram_bytes_per_s": peaks.dram_bytes_per_s,
+                                                "fp32_flops": peaks.fp32_flops,
+                                                "tensor_flops": peaks.tensor_flops, "source": peaks.source}}
     if as_json:
         print(json.dumps(out, indent=1))
         return 0
     print(f"grader bench {ex.id} on {rt.device_name} (median of {reps} runs, CUDA events; peak: device memory "
           f"one call allocates beyond its inputs, outputs included)")
+    if peaks is None:
+        print(f"roofline: no per-SM rates known for compute capability {rt.compute_capability}: no percentages")
+    else:
+        print(f"roofline: {peaks.dram_bytes_per_s / 1e12:.2f} TB/s, {peaks.fp32_flops / 1e12:.1f} TFLOP/s FP32, "
+              f"{peaks.tensor_flops / 1e12:.0f} TFLOP/s dense FP16 tensor ({peaks.source})")
     for row in rows:
         shape = ", ".join(f"{k}={v}" for k, v in row["params"].items())
         print(f"\n  {row['case']} ({shape})")
+        if "roofline" in row:
+            rf = row["roofline"]
+            print(f"    roofline: {rf['ms']:.3f} ms, {rf['limit']}-bound ({rf['flops'] / 1e9:.1f} GFLOP, "
+                  f"{rf['bytes'] / 1e6:.1f} MB that must move); % = that time / the measured time")
         yours = row["results"]["yours"].get("median_ms")
         for name, r in row["results"].items():
+            if "skipped" in r:
+                print(f"    {name:<22} skipped: {r['skipped']}")
+                continue
             if "error" in r:
                 print(f"    {name:<22} failed: {r['error'][:100]}")
                 continue
@@ -113,5 +164,6 @@ def bench(ex, path, as_json=False, quick=False) -> int:
             if yours and name != "yours":
                 x = r["median_ms"] / yours
                 ratio = f"  (yours is {x:.2f}× faster)" if x >= 1 else f"  (yours is {1 / x:.2f}× slower)"
-            print(f"    {name:<22} {r['median_ms']:9.3f} ms  {r['rate']:>16}  {r['peak_mb']:9.0f} MB peak{ratio}")
+            roof = f"  {r['roofline_pct']:5.1f}% of roofline" if "roofline_pct" in r else ""
+            print(f"    {name:<22} {r['median_ms']:9.3f} ms  {r['rate']:>16}{roof}  {r['peak_mb']:9.0f} MB peak{ratio}")
     return 0

@@ -44,7 +44,7 @@ def count(ex, fn, config: dict | None = None, params: dict | None = None):
 
 def summary(ex, fn, config: dict | None, params: dict | None = None) -> dict:
     """The counts and the estimate as data (what `--json` prints, and what tests assert on)."""
-    from .runtimes.cpu.counters import estimate
+    from .roofline import H100_SXM, Bound, uses_tensor_cores
     from .tasks import load_piece
     case, inputs, outputs, report = count(ex, fn, config, params)
     total_bytes = report.global_bytes()
@@ -81,10 +81,10 @@ def summary(ex, fn, config: dict | None, params: dict | None = None) -> dict:
         tile_bytes = cfg["BLOCK_N"] * p["d"] * np.dtype(np.asarray(inputs["k"]).dtype).itemsize
         out["tiles"] = {"computed": out["args_read"]["k"] / tile_bytes, "needed": needed, "all": every}
     if case.flops or case.bytes:
-        est = estimate(case.flops, total_bytes, tensor_cores=str(case.params.get("dtype", "")).endswith("16"))
-        out["estimate"] = {"device": est.device.name, "source": est.device.source, "seconds": est.seconds,
-                           "bound": est.bound, "compute_s": est.compute_s, "memory_s": est.memory_s,
-                           "flops": case.flops}
+        est = Bound(H100_SXM, case.flops, total_bytes, uses_tensor_cores(case.params))
+        out["estimate"] = {"device": est.peaks.name, "source": est.peaks.source, "seconds": est.seconds,
+                           "bound": "memory" if est.limit == "memory" else "compute",
+                           "compute_s": est.compute_s, "memory_s": est.memory_s, "flops": case.flops}
     out["report"] = report
     return out
 

@@ -50,4 +50,5 @@ class BenchCase:
     params: dict
     flops: float = 0.0                    # for TFLOP/s
     bytes: float = 0.0                    # for GB/s
+    baseline_only: tuple = ()             # inputs only baselines read: not in the roofline's minimum bytes
     baselines: dict[str, Callable] = field(default_factory=dict)

@@ -159,47 +159,6 @@ def collect(kernel, lib, args, arg_slot, grid, block, shared_mem) -> LaunchCount
                         arg_read, arg_write, sizes, race, bool(misc[2]))
 
 
-# ---- the roofline estimate ----------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Device:
-    name: str
-    dram_bytes_per_s: float
-    fp32_flops: float
-    tensor_flops: float
-    source: str
-
-
-# The H100 SXM5's datasheet figures (NVIDIA H100 Tensor Core GPU datasheet): 3.35 TB/s of HBM3,
-# 67 TFLOP/s of FP32 on CUDA cores, 989 TFLOP/s of dense FP16/BF16 on tensor cores.
-DEVICES = {"H100": Device("NVIDIA H100 SXM5", 3.35e12, 67e12, 989e12, "NVIDIA H100 datasheet, SXM5, dense")}
-
-
-@dataclass
-class Estimate:
-    device: Device
-    flops: float
-    bytes: float
-    compute_s: float
-    memory_s: float
-
-    @property
-    def seconds(self) -> float:
-        return max(self.compute_s, self.memory_s)
-
-    @property
-    def bound(self) -> str:
-        return "compute" if self.compute_s >= self.memory_s else "memory"
-
-
-def estimate(flops: float, global_bytes: float, device: str = "H100", tensor_cores: bool = False) -> Estimate:
-    """Roofline: the larger of FLOPs / peak and bytes / DRAM bandwidth, with every counted global
-    byte taken as a DRAM byte (no L2 reuse: for kernels that reread tiles, an overestimate)."""
-    d = DEVICES[device]
-    peak = d.tensor_flops if tensor_cores else d.fp32_flops
-    return Estimate(d, flops, global_bytes, flops / peak, global_bytes / d.dram_bytes_per_s)
-
-
 @dataclass
 class Report:
     launches: list[LaunchCounts] = field(default_factory=list)

@@ -145,7 +145,7 @@ The work is proportional to the tiles that run. With blocks equal to the tiles, 
 density $\rho$ runs a share $\rho$ of them: the ideal time is $\rho \times$ (time at $\rho = 1$). On a
 GPU the cell below times the kernel at N = 8192, d = 128 (as `grader bench 08` does) against that line
 and the 02 kernel; on the CPU it does not time the emulator (its speed says nothing about a GPU's) and
-counts the tiles run instead. The H100 figures are in the lesson, "Speed on an H100".
+counts the tiles run instead, then shows what `grader bench 08` measured for the lesson on an H100.
 '''),
 
 code(r'''
@@ -183,10 +183,9 @@ else:
     ax.set_title(f"N = {n}, tiles of {TILE[0]} × {TILE[1]} (counted, not timed)"); ax.legend(); plt.show()
     for rho, c in zip(densities, counts):
         print(f"density {rho:4.2f}: {c:6d} of {total} tiles run ({c / total:.3f})")
-    print("On the CPU the emulator is not timed. Measured for the lesson on an NVIDIA H100 80GB HBM3 "
-          "(2026-11-23, grader bench 08, B=1 H=16 N=8192 d=128):")
-    for rho, t, up in ((0.05, 1.51, 12.8), (0.10, 2.50, 7.75), (0.25, 5.26, 3.66), (0.50, 9.92, 1.95), (1.0, 19.16, 1.01)):
-        print(f"  density {rho:4.2f}: {t:6.2f} ms, ideal {rho * 19.16:6.2f} ms, {up:5.2f}x faster than the dense 02 kernel")
+    print("The CPU emulator is not timed: its speed says nothing about a GPU's.")
+    from grader import measured
+    measured.print_table("08")
 '''),
 
 md(r'''

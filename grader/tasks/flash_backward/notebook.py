@@ -230,7 +230,7 @@ md(r'''
 ## 7. Time
 
 On a GPU the cell times the solution and reports TFLOP/s on the 2.5 × forward count. On the CPU
-emulator a time says nothing about a GPU: the measured H100 figures are in the lesson.
+emulator a time says nothing about a GPU: the cell shows the figures measured for the lesson on an H100.
 '''),
 
 code(r'''
@@ -252,10 +252,7 @@ if ON_GPU:
         print(f"N={n:5d}  {t:8.3f} ms  {fl / t / 1e9:6.2f} TFLOP/s (2.5 × the forward's 4·N²·d per head)"
               f"  on {rt.device_name}")
 else:
-    print("No GPU here. Measured for the lesson on an NVIDIA H100 80GB HBM3 (2026-11-23, grader bench 09,")
-    print("B=2 H=16 N=4096 d=128, float32):")
-    for name, ms, tf, mb in (("09 solution", 26.11, 26.3, 192), ("naive, cuBLAS, N x N in memory", 33.46, 20.5, 8320),
-                             ("torch memory-efficient backward", 19.45, 35.3, 321)):
-        print(f"  {name:32s} {ms:6.2f} ms  {tf:5.1f} TFLOP/s  {mb:5d} MB peak")
+    from grader import measured
+    measured.print_table("09")
 '''),
 ]

@@ -10,7 +10,8 @@ one, else the CPU emulator running the very same CUDA source). Three pictures:
 
 1. the **tile schedule**: which block does what, and in which order it walks over K/V;
 2. the **running max and sum** of one query row, tile by tile, and the rescale factor;
-3. **memory and time against N**, naive (materialised scores) versus flash.
+3. **memory and time against N**, naive (materialised scores) versus flash: memory counted, time
+   measured on a GPU (this one, or the lesson's H100 when there is none).
 '''),
 
 code(r'''
@@ -145,35 +146,66 @@ plt.xlabel("key tiles"); plt.ylabel("relative error"); plt.title("no rescale of 
 md(r'''
 ## 3. Memory and time against N
 
-Naive attention materialises the scores: $B \cdot H \cdot N^2$ floats. Flash keeps Q, K, V and O
-plus one float of lse per row. On the GPU the naive side is CuPy's cuBLAS matmul, a softmax of CuPy
-operations, and a second matmul (the bench baseline); on the CPU the same code runs on NumPy and
-the flash kernel on the emulator, so the times only show how each grows with N.
+**Memory.** Both kernels read Q, K and V and write O. Naive attention also keeps the scores $S$ and
+the probabilities $P$ in device memory, $B \cdot H \cdot N^2$ floats each (CuPy's softmax writes
+$P$ to a new array); flash keeps one float of lse per row and nothing of size $N^2$. The counts below
+are exact for float32 at the benchmark's shape (B = 2, H = 16, d = 128); they do not depend on the
+machine. (On an H100, `grader bench 02` measures the naive baseline's device memory at N = 4096 as
+4224 MiB: S and P, 2048 MiB each, plus O and lse, as counted here.)
 '''),
 
 code(r'''
-B, H, d = (2, 16, 128) if ON_GPU else (1, 2, 64)
-Ns = [512, 1024, 2048, 4096, 8192] if ON_GPU else [64, 128, 256]
-mem_naive = [B * H * n * n * 4 / 2**20 for n in Ns]
-mem_flash = [(4 * B * H * n * d + B * H * n) * 4 / 2**20 for n in Ns]
-t_naive, t_flash = [], []
-for n in Ns:
-    x, dx = inputs(B, H, H, n, n, d, seed=n)
-    p = dict(B=B, H=H, Hkv=H, Nq=n, Nk=n, d=d)
-    t_flash.append(timed(rt, lambda: flash.flash_forward(rt, dx["q"], dx["k"], dx["v"], dx["scale"])))
-    t_naive.append(timed(rt, lambda: baselines.naive_cublas(BenchContext(rt, dx, p, load))))
-    if ON_GPU:
-        rt.xp.get_default_memory_pool().free_all_blocks()
-fig, axs = plt.subplots(1, 2, figsize=(11, 3.5))
-axs[0].loglog(Ns, mem_naive, "o-", label="naive: S in memory"); axs[0].loglog(Ns, mem_flash, "o-", label="flash: Q, K, V, O, lse")
-axs[0].set_xlabel("N"); axs[0].set_ylabel("MiB"); axs[0].legend(); axs[0].set_title(f"memory, B={B} H={H} d={d}")
-axs[1].loglog(Ns, t_naive, "o-", label="naive (matmul, softmax, matmul)"); axs[1].loglog(Ns, t_flash, "o-", label="flash (this module)")
-axs[1].set_xlabel("N"); axs[1].set_ylabel("ms"); axs[1].legend(); axs[1].set_title(f"time on {rt.name}")
-plt.tight_layout(); plt.show()
-for n, a, b in zip(Ns, t_naive, t_flash):
-    tf = baselines.attention_flops(dict(B=B, H=H, Nq=n, Nk=n, d=d)) / (b * 1e-3) / 1e12
-    print(f"N={n:5d}  naive {a:9.3f} ms   flash {b:9.3f} ms   flash {tf:6.2f} TFLOP/s   naive/flash {a / b:5.2f}")
+B, H, d = 2, 16, 128
+Ns = [256, 512, 1024, 2048, 4096, 8192]
+io = [4 * B * H * n * d * 4 for n in Ns]                                      # Q, K, V read; O written
+mem_naive = [(x + 2 * B * H * n * n * 4) / 2**20 for x, n in zip(io, Ns)]   # + S and P, N x N each
+mem_flash = [(x + B * H * n * 4) / 2**20 for x, n in zip(io, Ns)]           # + lse, one float per row
+fig, ax = plt.subplots(figsize=(5.5, 3.5))
+ax.loglog(Ns, mem_naive, "o-", label="naive: Q, K, V, O + S and P (N x N each)")
+ax.loglog(Ns, mem_flash, "o-", label="flash: Q, K, V, O + lse")
+ax.set_xlabel("N"); ax.set_ylabel("MiB of device memory"); ax.legend(fontsize=8)
+ax.set_title(f"memory, float32, B={B} H={H} d={d}"); plt.show()
+for n, a, b in zip(Ns, mem_naive, mem_flash):
+    print(f"N={n:5d}  naive {a:9.1f} MiB   flash {b:7.1f} MiB   naive/flash {a / b:5.1f}x")
 '''),
+
+md(r'''
+**Time.** On a GPU the next cell times both on this machine: naive attention as CuPy's cuBLAS matmul,
+a softmax of CuPy operations and a second matmul (the benchmark's baseline), against the solution.
+On a CPU the emulator's times would say nothing about a GPU (it runs every CUDA thread as a fiber),
+so the cell shows what `grader bench 02` measured for the lesson on an H100 instead, and says so.
+'''),
+
+code(r'''
+from grader import measured
+if ON_GPU:
+    B, H, d = 2, 16, 128
+    Ns = [512, 1024, 2048, 4096, 8192]
+    t_naive, t_flash = [], []
+    for n in Ns:
+        x, dx = inputs(B, H, H, n, n, d, seed=n)
+        p = dict(B=B, H=H, Hkv=H, Nq=n, Nk=n, d=d)
+        t_flash.append(timed(rt, lambda: flash.flash_forward(rt, dx["q"], dx["k"], dx["v"], dx["scale"])))
+        t_naive.append(timed(rt, lambda: baselines.naive_cublas(BenchContext(rt, dx, p, load))))
+        rt.xp.get_default_memory_pool().free_all_blocks()
+    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    ax.loglog(Ns, t_naive, "o-", label="naive (matmul, softmax, matmul)"); ax.loglog(Ns, t_flash, "o-", label="flash (this module)")
+    ax.set_xlabel("N"); ax.set_ylabel("ms"); ax.legend(); ax.set_title(f"B={B} H={H} d={d} on {rt.device_name}"); plt.show()
+    for n, a, b in zip(Ns, t_naive, t_flash):
+        tf = baselines.attention_flops(dict(B=B, H=H, Nq=n, Nk=n, d=d)) / (b * 1e-3) / 1e12
+        print(f"N={n:5d}  naive {a:9.3f} ms   flash {b:9.3f} ms   flash {tf:6.2f} TFLOP/s   naive/flash {a / b:5.2f}")
+else:
+    cases = measured.cases("02")
+    names = ["naive (cuBLAS)", "yours"]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    xs = np.arange(len(cases))
+    for i, (name, label) in enumerate(zip(names, ["naive (cuBLAS)", "flash (the solution)"])):
+        ax.bar(xs + (i - 0.5) * 0.4, [c["results"][name]["median_ms"] for c in cases], 0.4, label=label)
+    ax.set_xticks(xs, [c["case"] for c in cases]); ax.set_ylabel("ms on the GPU"); ax.legend()
+    ax.set_title(measured.label(), fontsize=8); plt.show()
+    measured.print_table("02")
+'''),
+
 md(r'''
 ## 4. What the kernel moves: the emulator's counters
 

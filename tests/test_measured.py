@@ -1,0 +1,32 @@
+"""The H100 figures the lessons and the CPU notebooks show come from one file, and agree with it."""
+import re
+
+import pytest
+
+from grader import catalogue, measured, paths
+
+
+@pytest.mark.parametrize("ex", catalogue.EXERCISES, ids=[e.id for e in catalogue.EXERCISES])
+def test_lesson_roofline_table_is_the_measured_one(ex):
+    text = paths.lesson_file(ex.id).read_text()
+    assert measured.update_lesson(text, ex.id) == text, (
+        f"modules/{ex.id}.md: its roofline table differs from grader/data/h100_bench.json; "
+        "run `python scripts/record_bench.py --lessons-only`")
+
+
+def test_every_module_has_measured_cases_with_a_roofline_share():
+    m = measured.measured()
+    assert {e.id for e in catalogue.EXERCISES} == set(m["modules"])
+    for ex_id, cases in m["modules"].items():
+        for c in cases:
+            yours = c["results"]["yours"]
+            assert 0 < yours["roofline_pct"] <= 100, (ex_id, c["case"])
+            # the share is the roofline's time over the measured one
+            assert yours["roofline_pct"] == pytest.approx(100 * c["roofline"]["ms"] / yours["median_ms"], rel=1e-6)
+
+
+def test_the_table_quotes_the_solutions_share():
+    block = measured.lesson_block("02")
+    first = measured.cases("02")[0]
+    assert f"{first['results']['yours']['roofline_pct']:.1f}% ({first['results']['yours']['median_ms']:.3f} ms)" in block
+    assert re.search(r"on an NVIDIA H100.* on \d{4}-\d\d-\d\d", block)
