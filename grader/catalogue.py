@@ -41,13 +41,17 @@ class Exercise:
 
     @property
     def todos(self) -> tuple[str, ...]:
-        """What TODO(1), TODO(2) ... ask for, from the solution's markers (empty if it is missing)."""
+        """What TODO(1), TODO(2) ... ask for, from the solution's markers; from the stub's TODO lines
+        where the solution is missing (a student release); empty if both are."""
         from . import paths
-        from .stubs import todo_texts
+        from .stubs import stub_todo_texts, todo_texts
         path = paths.solution_file(self.id)
-        if not path.is_file():
+        if path.is_file():
+            texts = todo_texts(path.read_text())
+        elif paths.exercise_file(self.id).is_file():
+            texts = stub_todo_texts(paths.exercise_file(self.id).read_text())
+        else:
             return ()
-        texts = todo_texts(path.read_text())
         return tuple(texts[n] for n in sorted(texts))
 
 

@@ -1,4 +1,5 @@
-"""The `grader` command: list, check, watch, hint, bench, doctor, clean (and `stubs`, `notebooks` for instructors).
+"""The `grader` command: list, check, watch, hint, bench, doctor, clean (and `stubs`, `notebooks`, `release`,
+`grade` for instructors).
 
 Exit codes: 0 success, 1 a check failed, 2 a usage or environment error.
 """
@@ -34,7 +35,10 @@ def _target_file(ex, args) -> Path:
         if not p.is_file():
             raise GraderError(f"no such file: {p}")
         return p.resolve()
-    p = paths.solution_file(ex.id) if args.solution else paths.exercise_file(ex.id)
+    if args.solution:
+        from .release import solution_path
+        return solution_path(ex.id, f"`grader {args.command} --solution`")
+    p = paths.exercise_file(ex.id)
     if not p.is_file():
         raise GraderError(f"{p} does not exist yet. This exercise's files are not in your copy of the "
                           "course: `git pull` to get them.")
@@ -396,8 +400,12 @@ def _counters(ex, path, as_json=False) -> int:
 
 
 def cmd_stubs(args) -> int:
+    from .release import is_release
     from .stubs import StubError, derive_stub
     exes = [_exercise(i) for i in args.ids] if args.ids else list(catalogue.EXERCISES)
+    if is_release():
+        raise GraderError("`grader stubs` derives exercises/ from solutions/, which a student release "
+                          "leaves out (this copy has no solutions/). It works in the course's own repository.")
     stale = 0
     for ex in exes:
         sol = paths.solution_file(ex.id)
@@ -424,18 +432,20 @@ def cmd_stubs(args) -> int:
 
 
 def cmd_notebooks(args) -> int:
-    from .notebooks import render
-    exes = [_exercise(i) for i in args.ids] if args.ids else list(catalogue.EXERCISES)
+    from .notebooks import COURSE_NOTEBOOKS, render
+    exes = [_exercise(i) for i in args.ids] if args.ids else [*catalogue.EXERCISES, *COURSE_NOTEBOOKS]
     stale = 0
     for ex in exes:
-        dst = paths.notebook_file(ex.id)
+        stem = ex if isinstance(ex, str) else ex.id
+        dst = paths.notebook_file(stem)
         text = render(ex)
         if dst.is_file() and dst.read_text() == text:
             continue
         stale += 1
         rel = dst.relative_to(paths.course_root())
         if args.check:
-            print(f"{rel} differs from its generation from grader/tasks/{ex.name}/notebook.py")
+            origin = COURSE_NOTEBOOKS[ex].replace(".", "/") + ".py" if stem == ex else f"grader/tasks/{ex.name}/notebook.py"
+            print(f"{rel} differs from its generation from {origin}")
         else:
             dst.write_text(text)
             print(f"wrote {rel}")
@@ -444,6 +454,16 @@ def cmd_notebooks(args) -> int:
               f"{stale} notebook(s) out of date: run `grader notebooks`")
         return 1 if stale else 0
     return 0
+
+
+def cmd_grade(args) -> int:
+    from .grade import grade
+    return grade(args)
+
+
+def cmd_release(args) -> int:
+    from .release import main_release
+    return main_release(args.out_dir)
 
 
 def version() -> str:
@@ -551,6 +571,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("ids", nargs="*")
     s.add_argument("--check", action="store_true", help="only report notebooks that differ; exit 1 if any")
     s.set_defaults(func=cmd_notebooks)
+
+    s = sub.add_parser("grade", help="(instructors) grade a folder of submissions: a report per student, "
+                                     "a class summary and figures")
+    s.add_argument("submissions", metavar="SUBMISSIONS_DIR",
+                   help="one file per student (alice.py) or one course folder per student (bob/)")
+    s.add_argument("--exercise", "-e", required=True, help="exercise id, e.g. 02_flash_forward or 02")
+    s.add_argument("--backend", choices=("auto", "gpu", "cpu"), default=None,
+                   help="where the kernels run (default: $GRADER_BACKEND or auto)")
+    s.add_argument("--jobs", "-j", type=int, help="submissions checked at a time (default: 2, or 1 "
+                                                  "on a single core)")
+    s.add_argument("--out", help="where the reports go (default: SUBMISSIONS_DIR-grade-ID beside it)")
+    s.add_argument("--timeout", type=float, help="seconds allowed per case, as in check")
+    s.add_argument("--limit", type=float, help="seconds allowed per submission, all cases (default: "
+                                               "120 + the number of cases x (timeout + 5))")
+    s.add_argument("--seed", type=int, help="the class's inputs (default: the previous run's, else new)")
+    s.set_defaults(func=cmd_grade)
+
+    s = sub.add_parser("release", help="(instructors) write the course without its solutions to OUT_DIR, "
+                                       "for students")
+    s.add_argument("out_dir", metavar="OUT_DIR", help="a new or empty folder outside the course")
+    s.set_defaults(func=cmd_release)
     return p
 
 

@@ -3,10 +3,14 @@
     from grader.course import load, runtime
     rt = runtime()                                   # the GPU if CuPy sees one, else the CPU emulator
     flash = load("02_flash_forward").flash_forward   # the solution's entry function
+
+In a student release (`grader release`: no solutions/), load() imports the student's own exercise in
+place of a solution and prints a note that says so, and whether its last check passed.
 """
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 from types import ModuleType
 
 from . import catalogue, paths
@@ -14,10 +18,43 @@ from .runtimes import get_runtime
 from .runtimes.base import register_origin
 
 
-def load(ex_id: str, which: str = "solution") -> ModuleType:
-    """Import solutions/ID.py (which="solution") or exercises/ID.py (which="exercise")."""
+_noted: set[str] = set()
+
+
+def source_file(ex_id: str, which: str = "solution") -> Path:
+    """The file load() imports: solutions/ID.py (which="solution") or exercises/ID.py. In a student
+    release, which has no solutions/, the student's exercises/ID.py stands in for the solution, with a
+    note (once per exercise): a notebook then shows the student's own kernel, and says how far to
+    trust it."""
     ex = catalogue.resolve(ex_id)
-    path = paths.solution_file(ex.id) if which == "solution" else paths.exercise_file(ex.id)
+    if which != "solution":
+        return paths.exercise_file(ex.id)
+    path = paths.solution_file(ex.id)
+    from .release import is_release
+    if path.is_file() or not is_release():
+        return path
+    if ex.id not in _noted:
+        _noted.add(ex.id)
+        from .progress import progress
+        last = progress().get(ex.id)
+        if last is None:
+            state = (f"no `grader check {ex.number:02d}` is recorded yet: until it passes, what follows shows "
+                     "your kernel's bugs, or NaN where it writes nothing")
+        elif last.get("passed"):
+            state = f"your last `grader check {ex.number:02d}` passed"
+        else:
+            state = (f"your last `grader check {ex.number:02d}` did not pass: what follows shows your kernel's "
+                     "bugs, or NaN where it writes nothing")
+        print(f"note: this student release has no solutions/, so your exercises/{ex.id}.py runs in place "
+              f"of the course's solution ({state}).")
+    return paths.exercise_file(ex.id)
+
+
+def load(ex_id: str, which: str = "solution") -> ModuleType:
+    """Import solutions/ID.py (which="solution") or exercises/ID.py (which="exercise"); see
+    source_file() for a student release."""
+    ex = catalogue.resolve(ex_id)
+    path = source_file(ex.id, which)
     register_origin(path)
     spec = importlib.util.spec_from_file_location(f"{which}_{ex.name}", path)
     module = importlib.util.module_from_spec(spec)

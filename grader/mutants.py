@@ -169,10 +169,11 @@ def _same_outputs(ex, path, solution_path, cases, seed) -> bool:
 def run_mutant(m: Mutant, folder, seed: int = 7, case_timeout: float = 20.0) -> Verdict:
     from pathlib import Path
 
-    from . import catalogue, paths
+    from . import catalogue
     from .engine.check import run_check
     ex = catalogue.resolve(m.exercise)
-    solution_path = paths.solution_file(ex.id)
+    from .release import solution_path as _solution_path
+    solution_path = _solution_path(ex.id, "a mutant")
     path = Path(folder) / f"{m.exercise}-{m.op.name}-{m.line}.py"
     path.write_text(m.source(solution_path.read_text()))
     cases = quick_cases(ex)

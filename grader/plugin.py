@@ -65,8 +65,15 @@ class CheckRun:
             raise pytest.UsageError(e.args[0]) from None
         if opt("grader_file"):
             self.path = Path(opt("grader_file")).resolve()
+        elif opt("grader_solution"):
+            from .errors import GraderError
+            from .release import solution_path
+            try:
+                self.path = solution_path(self.ex.id, "--solution")
+            except GraderError as e:
+                raise pytest.UsageError(str(e)) from None
         else:
-            self.path = (paths.solution_file if opt("grader_solution") else paths.exercise_file)(self.ex.id)
+            self.path = paths.exercise_file(self.ex.id)
         self.backend = resolve_backend(opt("grader_backend"))
         self.seed = opt("grader_seed") if opt("grader_seed") is not None else new_seed()
         shape = parse_shape(opt("grader_shape")) if opt("grader_shape") else None

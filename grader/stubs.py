@@ -69,3 +69,17 @@ def todo_texts(solution: str) -> dict[int, str]:
             n, _, text = m["todo"].partition(":")
             out.setdefault(int(TODO_NUM.match(n)[1]), text.strip())
     return out
+
+
+STUB_TODO = re.compile(r"^\s*(//|#)\s*(?P<todo>TODO\(\d+\):.*)$")
+
+
+def stub_todo_texts(stub: str) -> dict[int, str]:
+    """The same from a stub's `// TODO(n): ...` lines (which derive_stub writes from the markers)."""
+    out: dict[int, str] = {}
+    for line in stub.splitlines():
+        m = STUB_TODO.match(line)
+        if m:
+            n, _, text = m["todo"].partition(":")
+            out.setdefault(int(TODO_NUM.match(n)[1]), text.strip())
+    return out

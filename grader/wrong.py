@@ -37,8 +37,9 @@ class Wrong:
 
 def build(w: Wrong, solution_text: str | None = None) -> str:
     """The wrong version's source: the solution (docstring replaced) with the bug's edits applied."""
-    from .paths import solution_file
-    text = solution_text if solution_text is not None else solution_file(w.exercise).read_text()
+    from .release import solution_path
+    text = solution_text if solution_text is not None else \
+        solution_path(w.exercise, "a wrong version (python -m grader.wrong)").read_text()
     for old, new in w.edits:
         n = text.count(old)
         if n != 1:
@@ -56,7 +57,12 @@ def write(w: Wrong, folder) -> Path:
 
 
 def for_exercise(ex) -> list[Wrong]:
+    from .release import is_release
     from .tasks import load_piece
+    if is_release():
+        from .errors import GraderError
+        raise GraderError(f"the wrong versions of {ex.id} (grader/tasks/{ex.name}/wrong.py) are edits of "
+                          f"solutions/{ex.id}.py, which a student release leaves out, with them.")
     return list(load_piece(ex, "wrong").WRONG)
 
 
@@ -78,4 +84,8 @@ def find(exercise: str, name: str) -> Wrong:
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         sys.exit("usage: python -m grader.wrong EXERCISE NAME")
-    sys.stdout.write(build(find(sys.argv[1], sys.argv[2])))
+    from .errors import GraderError
+    try:
+        sys.stdout.write(build(find(sys.argv[1], sys.argv[2])))
+    except GraderError as e:
+        sys.exit(f"grader: {e}")

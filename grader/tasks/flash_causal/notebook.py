@@ -182,13 +182,14 @@ emulator, also on a GPU machine); the variant is the solution's text with its `k
 code(r'''
 import re, tempfile
 from pathlib import Path
-from grader import catalogue, paths
+from grader import catalogue
+from grader.course import source_file
 from grader.counting import summary
 from grader.engine.runner import load_exercise_function
 
 ex = catalogue.resolve("03")
 p = dict(B=1, H=2, Hkv=2, Nq=256, Nk=256, d=64)          # small: a few seconds each on the emulator
-src = paths.solution_file(ex.id).read_text()
+src = source_file(ex.id).read_text()            # in a student release: your own exercise
 line = re.compile(r"^\s*const int kv_end = .*;$", re.M)  # the solution's kv_end line (not the STUB comment)
 assert len(line.findall(src)) == 1
 variant_src = line.sub("    const int kv_end = n_k;", src)
