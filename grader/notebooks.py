@@ -120,7 +120,8 @@ def build(ex) -> dict:
         if kind == "code":
             cell.update(execution_count=None, outputs=[])
         cells.append(cell)
-    setup = {"cell_type": "code", "id": f"{prefix}-setup", "metadata": {},
+    # hide-input: the course site shows the cell folded (Jupyter and Colab ignore the tag).
+    setup = {"cell_type": "code", "id": f"{prefix}-setup", "metadata": {"tags": ["hide-input"]},
              "source": setup_cell_source().strip("\n").splitlines(keepends=True)}
     setup.update(execution_count=None, outputs=[])
     cells.insert(1 if cells and cells[0]["cell_type"] == "markdown" else 0, setup)

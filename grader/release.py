@@ -42,6 +42,7 @@ LEFT_OUT = (
     ("tests/", "most tests run or quote the solutions"),
     ("scripts/*", "instructors' tools that read the solutions (the notebook runner stays)"),
     (".ci/", "CI runs the tests"),
+    ("site/", "the course site's sources: its builder (scripts/build_site.py) is an instructors' tool"),
     (".git/", "the history holds every solution"),
     (".venv/", "an environment, rebuilt by pip install -e"),
     ("build/", "build output"),

@@ -93,8 +93,12 @@ def matches(ctx, o=None, lse=None) -> bool:
         return False
     for _, alt in checks:
         finite = np.asarray(alt, np.float64)[np.isfinite(alt)]
-        if finite.size and np.ptp(finite) == 0:
-            return False     # a constant (log l = 0 of one-key rows, say) matches many bugs: it names none
+        if finite.size and np.ptp(finite) == 0 and (finite.size > 1 or finite[0] in (0.0, 1.0)):
+            # A constant (log l = 0 of one-key rows, say) matches many bugs: it names none. A single
+            # value other than 0 or 1 (the lse of a one-row case) is as telling as any row. A -inf
+            # where the answer is finite (a row that saw no key) is telling too, beside a constant.
+            if not any(np.any(~np.isfinite(a) & np.isfinite(ctx.ref[n])) for n, a in checks):
+                return False
     match = max(MATCH, 3 * getattr(ctx, "noise", 0.0))    # a low-precision kernel's own rounding
     close = all(rel(ctx.out[name], alt) < match for name, alt in checks)
     wrong = any(rel(ctx.out[name], ctx.ref[name]) > 10 * match or not ctx.cmp[name].passed
@@ -233,7 +237,7 @@ def mask_causes(ctx, s, v) -> str | None:
         return (f"the causal mask is aligned top-left (j <= i). It must be aligned bottom-right: query i "
                 f"sees key j iff j <= i + (Nk - Nq), here i + {offset}. The two agree only when Nq == Nk, "
                 f"which is why the square cases pass.")
-    if matches(ctx, o=attend(s, v, visible_where(n_q, n_k, i + offset))[0]):
+    if matches(ctx, *attend(s, v, visible_where(n_q, n_k, i + offset))):
         return ("the diagonal itself is masked: query i must see key i + (Nk - Nq) too. "
                 "The test is j <= i + offset (mask j > i + offset), not j < i + offset.")
     if matches(ctx, o=attend(s, v, visible_where(n_q, n_k, i + offset + 2))[0]):
