@@ -358,6 +358,17 @@ def interpret(child: ChildResult, limit: float) -> dict:
 
 # ---- the class summary -------------------------------------------------------------------------
 
+def example_of(group: str, cause: str | None, width: int = 110) -> str:
+    """A group's label with one student's own words in place of the normalised ones (which read
+    "ln(N)" for "ln(2)"): the group's prefix ("wrong result: ") and the cause's first sentence."""
+    prefix = next((p for p in ("wrong result: ", "error: ") if group.startswith(p)), None)
+    if prefix is None or not cause:
+        return group
+    text = re.split(r"(?<=[.;!?])\s", re.sub(r"\s+", " ", cause.strip()), maxsplit=1)[0].rstrip(" .;:")
+    text = prefix + text
+    return text if len(text) <= width else text[:width - 1].rstrip() + "…"
+
+
 def class_summary(rows: list[dict], case_names: list[str]) -> dict:
     graded = [r for r in rows if r["status"] != "skipped"]
     per_case = {}
@@ -365,15 +376,19 @@ def class_summary(rows: list[dict], case_names: list[str]) -> dict:
         ok = sum(any(v["name"] == name and v["passed"] for v in r["case_verdicts"]) for r in graded)
         per_case[name] = {"passed": ok, "of": len(graded)}
     causes: dict[str, list[str]] = {}
+    examples: dict[str, str] = {}         # a group's cause as its first student was told it
     for r in rows:
         if not r["passed"]:
-            causes.setdefault(r["cause_group"] or r["status"], []).append(r["student"])
+            group = r["cause_group"] or r["status"]
+            causes.setdefault(group, []).append(r["student"])
+            examples.setdefault(group, example_of(group, r.get("cause")))
     common = sorted(causes.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     return {
         "students": len(rows), "graded": len(graded), "skipped": len(rows) - len(graded),
         "passed": sum(r["passed"] for r in rows),
         "per_case": per_case,
-        "common_causes": [{"cause": c, "count": len(who), "students": who} for c, who in common],
+        "common_causes": [{"cause": c, "example": examples[c], "count": len(who), "students": who}
+                          for c, who in common],
         "failed": [{"student": r["student"], "verdict": r["verdict"]} for r in rows if not r["passed"]],
         "grader_errors": [r["student"] for r in rows if r["status"] == "grader_error"],
     }
@@ -410,9 +425,9 @@ def summary_text(meta: dict, s: dict, markdown: bool = False) -> str:
         w("  none: every submission passes\n")
     for c in s["common_causes"][:SHOWN]:
         if markdown:
-            w(f"- **{c['count']}** × {c['cause']} ({', '.join(c['students'])})\n")
+            w(f"- **{c['count']}** × {c['example']} ({', '.join(c['students'])})\n")
         else:
-            w(f"  {c['count']:>3} × {c['cause']}  ({', '.join(c['students'])})\n")
+            w(f"  {c['count']:>3} × {c['example']}  ({', '.join(c['students'])})\n")
     if len(s["common_causes"]) > SHOWN:
         w(f"  … and {len(s['common_causes']) - SHOWN} more (report.json)\n")
     w(f"\n{'## ' if markdown else ''}Who failed ({len(s['failed'])})\n\n")
@@ -424,7 +439,7 @@ def summary_text(meta: dict, s: dict, markdown: bool = False) -> str:
     return out.getvalue()
 
 
-def _wrap(text: str, width: int = 60) -> str:
+def _wrap(text: str, width: int = 50) -> str:
     import textwrap
     return "\n".join(textwrap.wrap(text, width)[:3])
 
@@ -457,7 +472,7 @@ def draw_figures(out: Path, meta: dict, s: dict) -> None:
     ax = fig.add_subplot()
     if causes:
         ax.barh(range(len(causes)), [c["count"] for c in causes], color="#c44e52")
-        ax.set_yticks(range(len(causes)), [_wrap(c["cause"]) for c in causes], fontsize=7)
+        ax.set_yticks(range(len(causes)), [_wrap(c["example"]) for c in causes], fontsize=7)
         ax.invert_yaxis()
         ax.set_xlabel("submissions")
         ax.xaxis.get_major_locator().set_params(integer=True)
@@ -466,7 +481,7 @@ def draw_figures(out: Path, meta: dict, s: dict) -> None:
         ax.set_axis_off()
     ax.set_title(f"{meta['exercise']}: most common causes of failure", fontsize=10)
     fig.tight_layout()
-    fig.savefig(out / FIGURES[1], dpi=110)
+    fig.savefig(out / FIGURES[1], dpi=110, bbox_inches="tight")      # long labels stay in the picture
 
 
 # ---- the command -------------------------------------------------------------------------------
