@@ -256,14 +256,15 @@ def cmd_check(args) -> int:
         names = [c.name for c in select_cases(ex, args.case or None, shape)]
         printer = CheckPrinter(ex, rel_file, backend, seed, names, replay)
         printer.header()
-    report = run_check(ex, path, backend, seed, case_timeout=args.timeout, cases=args.case or None,
-                       shape=shape, shrink=not args.no_shrink, plot_dir=plot_tmp,
-                       on_result=printer.verdict if printer else None)
-    if plot_tmp:
-        import shutil
-        try:
+    try:
+        report = run_check(ex, path, backend, seed, case_timeout=args.timeout, cases=args.case or None,
+                           shape=shape, shrink=not args.no_shrink, plot_dir=plot_tmp,
+                           on_result=printer.verdict if printer else None)
+        if plot_tmp:
             _render_plots(report, ex)          # the PNGs go to .grader/plots; the arrays were temporary
-        finally:
+    finally:                                   # also on Ctrl-C: nothing is left in the temp folder
+        if plot_tmp:
+            import shutil
             shutil.rmtree(plot_tmp, ignore_errors=True)
     if not args.solution and not args.file and not shape and not args.case:
         progress.record_check(report)

@@ -19,7 +19,8 @@ Its **arithmetic intensity** $I = F / M$ says which term wins: below the ridge p
 $I^* = \text{peak} / \text{bandwidth}$ the kernel is memory-bound, above it compute-bound. The peak is
 the one of the units the kernel uses: FP32 on the CUDA cores for the float32 modules, dense FP16 on
 the tensor cores for module 06. On the chart, x is $I$ and y the FLOP/s the kernel reached; the roofs
-are the best any kernel of that intensity can reach.
+are the best any kernel of that intensity can reach. A module whose solution sits at the same
+intensity as an earlier one's is drawn hollow (05 over 04: the same decode work, paged).
 
 The figures are the ones `grader bench ID --solution` measured for the lessons (the file
 `grader/data/h100_bench.json`), so the chart is the same on every machine. On a GPU, run
@@ -81,13 +82,18 @@ ax.loglog(x, np.minimum(FP32, x * BW) / 1e12, "k-", lw=1.5, label="roof: FP32 on
 ax.loglog(x, np.minimum(TENSOR, x * BW) / 1e12, "k--", lw=1.5, label="roof: FP16 on tensor cores")
 colors = plt.cm.tab10(np.arange(10))
 seen = set()
+placed = {}        # intensity of each module's solution points: a later module at the same one is drawn hollow
 for mod, case, who, ai, fl, pct, limit in points:
     mine = who == "solution"
     label = f"{mod} solution" if mine and mod not in seen else None
     if mine:
         seen.add(mod)
-    ax.scatter(ai, fl / 1e12, s=60 if mine else 35, marker="o" if mine else "x",
-               color=colors[int(mod)], label=label, zorder=3)
+        hollow = any(m != mod and np.isclose(ai, a) for a, m in placed.items())
+        placed.setdefault(ai, mod)
+        ax.scatter(ai, fl / 1e12, s=110 if hollow else 60, marker="o", facecolors="none" if hollow else colors[int(mod)],
+                   edgecolors=colors[int(mod)], linewidths=1.8, label=label, zorder=4 if hollow else 3)
+        continue
+    ax.scatter(ai, fl / 1e12, s=35, marker="x", color=colors[int(mod)], label=label, zorder=3)
     if not mine and who.startswith("torch") and (mod, who) not in seen:      # name each peer once
         seen.add((mod, who))
         ax.annotate(who.replace("torch ", ""), (ai, fl / 1e12), fontsize=7, xytext=(5, -3), textcoords="offset points")
@@ -96,7 +102,7 @@ ax.set_xlabel("arithmetic intensity (FLOP per byte that must move)")
 ax.set_ylabel("TFLOP/s reached")
 ax.set_title(f"every module on the roofline: {measured.label()}", fontsize=9)
 ax.legend(fontsize=8, ncol=2, loc="lower right")
-ax.set_ylim(1e-2, 2e3)
+ax.set_ylim(5e-4, 2e3)
 plt.tight_layout(); plt.show()
 '''),
 

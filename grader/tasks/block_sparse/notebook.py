@@ -206,7 +206,8 @@ for ax, (name, m) in zip(axs, [("random, density 0.10", m_rand), ("local 256 + 1
     per_row = m.sum(axis=1)
     ax.bar(np.arange(len(per_row)), per_row, width=1.0, label="kept tiles of the query tile")
     ax.axhline(per_row.mean(), color="k", ls="--", label=f"mean {per_row.mean():.1f}")
-    ax.set_xlabel("query tile"); ax.set_ylabel("kept key tiles"); ax.legend()
+    ax.set_ylim(0, 1.3 * per_row.max())                 # room for the legend above the bars
+    ax.set_xlabel("query tile"); ax.set_ylabel("kept key tiles"); ax.legend(loc="upper right")
     ax.set_title(f"{name}: longest row {per_row.max()} = {per_row.max() / per_row.mean():.1f}× the mean")
 plt.tight_layout(); plt.show()
 '''),

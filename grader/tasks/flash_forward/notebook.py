@@ -147,11 +147,13 @@ md(r'''
 ## 3. Memory and time against N
 
 **Memory.** Both kernels read Q, K and V and write O. Naive attention also keeps the scores $S$ and
-the probabilities $P$ in device memory, $B \cdot H \cdot N^2$ floats each (CuPy's softmax writes
-$P$ to a new array); flash keeps one float of lse per row and nothing of size $N^2$. The counts below
-are exact for float32 at the benchmark's shape (B = 2, H = 16, d = 128); they do not depend on the
-machine. (On an H100, `grader bench 02` measures the naive baseline's device memory at N = 4096 as
-4224 MiB: S and P, 2048 MiB each, plus O and lse, as counted here.)
+the probabilities $P$ in device memory, $B \cdot H \cdot N^2$ floats each (CuPy's softmax makes a
+second $N \times N$ array, `s - m`, before it writes $P$); flash keeps one float of lse per row and
+nothing of size $N^2$. The counts below are exact for float32 at the benchmark's shape (B = 2,
+H = 16, d = 128), inputs included on both sides; they do not depend on the machine. (On an H100,
+`grader bench 02` measures what each call allocates beyond its inputs at N = 4096: 4224 MiB for the
+naive baseline, its two $N \times N$ arrays of 2048 MiB each plus 128 MiB of smaller arrays (O and
+temporaries); 64.5 MiB for the solution, O and lse.)
 '''),
 
 code(r'''
@@ -163,6 +165,7 @@ mem_flash = [(x + B * H * n * 4) / 2**20 for x, n in zip(io, Ns)]           # + 
 fig, ax = plt.subplots(figsize=(5.5, 3.5))
 ax.loglog(Ns, mem_naive, "o-", label="naive: Q, K, V, O + S and P (N x N each)")
 ax.loglog(Ns, mem_flash, "o-", label="flash: Q, K, V, O + lse")
+ax.set_xticks(Ns, [str(n) for n in Ns]); ax.minorticks_off()
 ax.set_xlabel("N"); ax.set_ylabel("MiB of device memory"); ax.legend(fontsize=8)
 ax.set_title(f"memory, float32, B={B} H={H} d={d}"); plt.show()
 for n, a, b in zip(Ns, mem_naive, mem_flash):
@@ -190,6 +193,7 @@ if ON_GPU:
         rt.xp.get_default_memory_pool().free_all_blocks()
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
     ax.loglog(Ns, t_naive, "o-", label="naive (matmul, softmax, matmul)"); ax.loglog(Ns, t_flash, "o-", label="flash (this module)")
+    ax.set_xticks(Ns, [str(n) for n in Ns]); ax.minorticks_off()
     ax.set_xlabel("N"); ax.set_ylabel("ms"); ax.legend(); ax.set_title(f"B={B} H={H} d={d} on {rt.device_name}"); plt.show()
     for n, a, b in zip(Ns, t_naive, t_flash):
         tf = baselines.attention_flops(dict(B=B, H=H, Nq=n, Nk=n, d=d)) / (b * 1e-3) / 1e12

@@ -3,7 +3,7 @@ from ...notebooks import code, md
 
 CELLS = [
 md(r'''
-# 05 · Paged decode
+# 05 · Paged decode — in class
 
 Module 04's split-KV decode over a paged cache: the keys of a sequence live in fixed-size pages scattered in one pool, found through a block table. Lesson: `modules/05_paged_decode.md`.
 '''),
@@ -78,7 +78,7 @@ code(r'''
 logical = np.tile(np.arange(bt.shape[1], dtype=np.int32), (p["B"], 1))
 o_bug, _ = R.paged_decode_attention(x["q"], x["k_pages"], x["v_pages"], logical, lens, x["scale"])
 err = np.abs(o_bug - o_ref).max(axis=(1, 2))
-plt.figure(figsize=(5, 3)); plt.bar(range(p["B"]), err); plt.xlabel("sequence b"); plt.ylabel("max |error|")
+plt.figure(figsize=(5, 3)); plt.bar(range(p["B"]), err); plt.xticks(range(p["B"])); plt.xlabel("sequence b"); plt.ylabel("max |error|")
 plt.title("page = j / page_size instead of block_table"); plt.show()
 '''),
 

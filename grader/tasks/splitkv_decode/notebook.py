@@ -3,9 +3,9 @@ from ...notebooks import code, md
 
 CELLS = [
 md(r'''
-# 04 · Split-KV decode
+# 04 · Split-KV decode — in class
 
-One new token per sequence attends to a long KV cache. This notebook runs the module's solution on the GPU (or the CPU emulator), shows how the split partials combine, and measures time against the number of splits. Lesson: `modules/04_splitkv_decode.md`.
+One new token per sequence attends to a long KV cache. This notebook runs the module's solution on the GPU (or the CPU emulator), shows how the split partials combine, and, on a GPU, measures time against the number of splits. Lesson: `modules/04_splitkv_decode.md`.
 '''),
 
 code(r'''
@@ -47,7 +47,7 @@ print("o of sequence 0 is all zeros:", not o[0].any())
 md(r'''
 ## How the split partials combine
 
-Each split $s$ gives a normalised $o_s$ and its $\text{lse}_s$. The combine weighs split $s$ by $w_s = e^{\text{lse}_s - \text{lse}_{\max}}$. Below: one head of the 300-token sequence cut into 8 splits (the float64 reference of the two halves, `references.decode_partials` and `combine_partials`).
+Each split $s$ gives a normalised $o_s$ and its $\text{lse}_s$. The combine weighs split $s$ by $w_s = e^{\text{lse}_s - \text{lse}_{\max}}$. Below: one head of the 300-token sequence cut into 8 splits (the float64 references of the two kernels, `references.decode_partials` and `combine_partials`).
 '''),
 
 code(r'''
@@ -64,7 +64,7 @@ ax[1].bar(range(len(w)), w / w.sum(), color="C1"); ax[1].set_title("weight of ea
 running = [(w[:i + 1, None] * o_part[b, h, :i + 1]).sum(0) / w[:i + 1].sum() for i in range(len(w))]
 for c in range(8):
     ax[2].plot([r[c] for r in running], marker=".")
-ax[2].set_title("o[0:8] after merging splits 0..s"); ax[2].set_xlabel("splits merged")
+ax[2].set_title("o[0:8] after merging splits 0..s"); ax[2].set_xlabel("last split merged, s")
 plt.tight_layout(); plt.show()
 print("combined == direct reference:", np.allclose(o_comb, o_ref), np.allclose(lse_comb, lse_ref))
 '''),
@@ -95,7 +95,11 @@ H_b, H_kv_b, d_b = 32, 8, 128
 n = 65536 if ON_GPU else 512
 splits = [1, 2, 4, 8, 16, 32, 64, 128, 256] if ON_GPU else [1, 2, 4]
 auto = sol.choose_num_splits(rt, 1, H_kv_b, n)
-print("SMs:", rt.multiprocessor_count, " heuristic n_splits:", auto)
+if ON_GPU:
+    print(f"SMs: {rt.multiprocessor_count}, heuristic n_splits for a context of {n}: {auto}")
+else:
+    print(f"The CPU emulator reports an H100's {rt.multiprocessor_count} SMs; "
+          f"heuristic n_splits for a context of {n}: {auto}")
 if ON_GPU:
     xp = rt.xp
     qb = xp.random.standard_normal((1, H_b, d_b), dtype=xp.float32)
