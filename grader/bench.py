@@ -165,5 +165,5 @@ def bench(ex, path, as_json=False, quick=False) -> int:
                 x = r["median_ms"] / yours
                 ratio = f"  (yours is {x:.2f}× faster)" if x >= 1 else f"  (yours is {1 / x:.2f}× slower)"
             roof = f"  {r['roofline_pct']:5.1f}% of roofline" if "roofline_pct" in r else ""
-            print(f"    {name:<22} {r['median_ms']:9.3f} ms  {r['rate']:>16}{roof}  {r['peak_mb']:9.0f} MB peak{ratio}")
+            print(f"    {name:<22} {r['median_ms']:9.3f} ms  {r['rate']:>16}{roof}  {r['peak_mb']:9.0f} MiB peak{ratio}")
     return 0

@@ -47,7 +47,7 @@ def print_table(ex_id: str) -> None:
             if "median_ms" in r:
                 name = "the solution" if name == "yours" else name
                 print(f"    {name:<32} {r['median_ms']:9.3f} ms  {r['rate']:>15}  "
-                      f"{r['roofline_pct']:5.1f}% of roofline  {r['peak_mb']:6.0f} MB peak")
+                      f"{r['roofline_pct']:5.1f}% of roofline  {r['peak_mb']:6.0f} MiB peak")
 
 
 # ---- the lessons' roofline tables ----------------------------------------------------------------

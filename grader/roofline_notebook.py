@@ -19,8 +19,8 @@ Its **arithmetic intensity** $I = F / M$ says which term wins: below the ridge p
 $I^* = \text{peak} / \text{bandwidth}$ the kernel is memory-bound, above it compute-bound. The peak is
 the one of the units the kernel uses: FP32 on the CUDA cores for the float32 modules, dense FP16 on
 the tensor cores for module 06. On the chart, x is $I$ and y the FLOP/s the kernel reached; the roofs
-are the best any kernel of that intensity can reach. A module whose solution sits at the same
-intensity as an earlier one's is drawn hollow (05 over 04: the same decode work, paged).
+are the best any kernel of that intensity can reach. A solution point that would hide another module's
+(04 and 05 do the same decode work, for one) is drawn hollow and larger, so that both show.
 
 The figures are the ones `grader bench ID --solution` measured for the lessons (the file
 `grader/data/h100_bench.json`), so the chart is the same on every machine. On a GPU, run
@@ -82,14 +82,15 @@ ax.loglog(x, np.minimum(FP32, x * BW) / 1e12, "k-", lw=1.5, label="roof: FP32 on
 ax.loglog(x, np.minimum(TENSOR, x * BW) / 1e12, "k--", lw=1.5, label="roof: FP16 on tensor cores")
 colors = plt.cm.tab10(np.arange(10))
 seen = set()
-placed = {}        # intensity of each module's solution points: a later module at the same one is drawn hollow
+placed = []        # (intensity, FLOP/s, module) of the solution points drawn so far
 for mod, case, who, ai, fl, pct, limit in points:
     mine = who == "solution"
     label = f"{mod} solution" if mine and mod not in seen else None
     if mine:
         seen.add(mod)
-        hollow = any(m != mod and np.isclose(ai, a) for a, m in placed.items())
-        placed.setdefault(ai, mod)
+        # A point that would hide another module's (within 5% on both axes) is drawn hollow and larger.
+        hollow = any(m != mod and abs(np.log(ai / a)) < 0.05 and abs(np.log(fl / f)) < 0.05 for a, f, m in placed)
+        placed.append((ai, fl, mod))
         ax.scatter(ai, fl / 1e12, s=110 if hollow else 60, marker="o", facecolors="none" if hollow else colors[int(mod)],
                    edgecolors=colors[int(mod)], linewidths=1.8, label=label, zorder=4 if hollow else 3)
         continue

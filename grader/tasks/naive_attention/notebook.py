@@ -186,6 +186,7 @@ ax[1].bar(range(H), np.abs(o_wrong - o_ref).max(axis=(0, 2, 3)), color="tab:red"
 ax[1].bar(range(H), np.abs(o_right - o_ref).max(axis=(0, 2, 3)), color="tab:green", label="h / (H/Hkv): error 0, no bar")
 ax[1].set_xlabel("query head h")
 ax[1].set_title("max |o - o_ref| per head")
+ax[1].set_ylim(0, 1.4 * np.abs(o_wrong - o_ref).max())   # room for the legend above the bars
 ax[1].legend()
 plt.tight_layout()
 plt.show()
