@@ -83,7 +83,8 @@ class Browser:
              "--no-first-run", "--no-default-browser-check", "--disable-extensions",
              "--remote-debugging-port=0", "--remote-allow-origins=*", f"--user-data-dir={self.profile}",
              "--window-size=1280,1000", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            # TMPDIR: chromium's singleton socket folder goes into the profile, removed with it
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, TMPDIR=self.profile))
         port_file = Path(self.profile) / "DevToolsActivePort"
         deadline = time.monotonic() + 60
         while not (port_file.is_file() and port_file.read_text().strip()):
