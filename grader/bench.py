@@ -18,7 +18,7 @@ import json
 import numpy as np
 
 from .errors import GraderError
-from .roofline import Bound, device_peaks, uses_tensor_cores
+from .roofline import Bound, device_peaks, minimum_bytes, uses_tensor_cores
 from .spec import BenchCase, BenchContext
 
 
@@ -70,15 +70,6 @@ def rate(case: BenchCase, ms: float) -> str:
     return ""
 
 
-def _nbytes(x) -> int:
-    """The bytes of every array in x (an array, or a tuple, list or dict of them)."""
-    if isinstance(x, dict):
-        return sum(_nbytes(v) for v in x.values())
-    if isinstance(x, (tuple, list)):
-        return sum(_nbytes(v) for v in x)
-    return int(getattr(x, "nbytes", 0))
-
-
 def _solution(ex_id: str):
     """A module's solution, for the baselines that time it (SolutionMissing in a student release)."""
     from .course import load
@@ -118,8 +109,7 @@ def bench(ex, path, as_json=False, quick=False) -> int:
                                             "peak_mb": peak_bytes(f, rt) / 2**20}
                 if peaks is not None:
                     if roof is None:        # the first contender is the student's kernel
-                        read = {k: v for k, v in dev.items() if k not in case.baseline_only}
-                        moved = case.bytes or _nbytes(read) + _nbytes(f())
+                        moved = case.bytes or minimum_bytes(dev, f(), case.baseline_only)
                         roof = Bound(peaks, case.flops, moved, uses_tensor_cores(case.params))
                         row["roofline"] = {"limit": roof.limit, "ms": roof.seconds * 1e3,
                                            "flops": case.flops, "bytes": moved}

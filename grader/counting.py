@@ -44,13 +44,11 @@ def count(ex, fn, config: dict | None = None, params: dict | None = None):
 
 def summary(ex, fn, config: dict | None, params: dict | None = None) -> dict:
     """The counts and the estimate as data (what `--json` prints, and what tests assert on)."""
-    from .roofline import H100_SXM, Bound, uses_tensor_cores
+    from .roofline import H100_SXM, Bound, minimum_bytes, uses_tensor_cores
     from .tasks import load_piece
     case, inputs, outputs, report = count(ex, fn, config, params)
     total_bytes = report.global_bytes()
-    # The least any kernel must move: read every input once, write every output once.
-    minimum = (sum(int(v.nbytes) for v in inputs.values() if isinstance(v, np.ndarray))
-               + sum(int(np.asarray(v).nbytes) for v in outputs.values()))
+    minimum = minimum_bytes(inputs, outputs, case.baseline_only)
     out = {"id": ex.id, "case": case.name, "params": case.params, "global_bytes": total_bytes,
            "compulsory_bytes": minimum, "kernels": {}, "args_read": {}, "args_written": {}}
     for c in report.launches:

@@ -36,6 +36,21 @@ _PER_SM_CLOCK = {"80": (64, 1024), "86": (128, 512), "89": (128, 512), "90": (12
 _ATTR_CLOCK_KHZ, _ATTR_SMS, _ATTR_MEM_CLOCK_KHZ, _ATTR_BUS_BITS = 13, 16, 36, 37
 
 
+def nbytes(x) -> int:
+    """The bytes of every array in x (an array, or a tuple, list or dict of them)."""
+    if isinstance(x, dict):
+        return sum(nbytes(v) for v in x.values())
+    if isinstance(x, (tuple, list)):
+        return sum(nbytes(v) for v in x)
+    return int(getattr(x, "nbytes", 0))
+
+
+def minimum_bytes(inputs: dict, outputs, skip=()) -> int:
+    """The least any kernel must move: every input read once (but those in `skip`, which only a
+    baseline reads) and every output written once."""
+    return nbytes({k: v for k, v in inputs.items() if k not in skip}) + nbytes(outputs)
+
+
 def uses_tensor_cores(params: dict) -> bool:
     """16-bit inputs (module 06) run on the tensor cores; float32 kernels on the CUDA cores."""
     return str(params.get("dtype", "")).endswith("16")

@@ -59,16 +59,21 @@ def todo_numbers(text: str) -> list[int]:
     return sorted({int(n) for n in TODO_NUM.findall(text)})
 
 
-def todo_texts(solution: str) -> dict[int, str]:
-    """{n: what TODO(n) asks for}, from a solution's BEGIN SOLUTION markers (the first one wins
-    when a TODO spans several blocks)."""
+def _texts(source: str, marker: re.Pattern) -> dict[int, str]:
+    """{n: what TODO(n) asks for}, from the lines `marker` matches (the first one wins when a TODO
+    spans several blocks)."""
     out: dict[int, str] = {}
-    for line in solution.splitlines():
-        m = BEGIN.match(line)
+    for line in source.splitlines():
+        m = marker.match(line)
         if m:
             n, _, text = m["todo"].partition(":")
             out.setdefault(int(TODO_NUM.match(n)[1]), text.strip())
     return out
+
+
+def todo_texts(solution: str) -> dict[int, str]:
+    """From a solution's BEGIN SOLUTION markers."""
+    return _texts(solution, BEGIN)
 
 
 STUB_TODO = re.compile(r"^\s*(//|#)\s*(?P<todo>TODO\(\d+\):.*)$")
@@ -76,10 +81,4 @@ STUB_TODO = re.compile(r"^\s*(//|#)\s*(?P<todo>TODO\(\d+\):.*)$")
 
 def stub_todo_texts(stub: str) -> dict[int, str]:
     """The same from a stub's `// TODO(n): ...` lines (which derive_stub writes from the markers)."""
-    out: dict[int, str] = {}
-    for line in stub.splitlines():
-        m = STUB_TODO.match(line)
-        if m:
-            n, _, text = m["todo"].partition(":")
-            out.setdefault(int(TODO_NUM.match(n)[1]), text.strip())
-    return out
+    return _texts(stub, STUB_TODO)

@@ -11,7 +11,7 @@ import pytest
 from grader import catalogue, measured
 
 pytestmark = pytest.mark.slow
-TIMED = ("00", "02", "03", "07", "08", "09")      # the notebooks with a timing section
+TIMED = ("00", "02", "03", "04", "05", "07", "08", "09")      # the notebooks with a timing section
 
 
 @pytest.fixture(scope="module")
