@@ -182,6 +182,8 @@ class CheckPrinter:
             if first_fail.get("plot"):
                 print(f"Picture of the error: {first_fail['plot']}")
         print(totals)
+        if report.get("note"):
+            print(f"Note: {report['note']}")
 
     def _blocker(self, c: dict, cases: list[dict], not_run: list[dict]) -> None:
         """A file that does not import or a kernel that does not compile: what failed, where, and the

@@ -281,6 +281,9 @@ def explain_case(case: dict) -> tuple[str, str, str]:
     likely = next((line for line in lines if line.lower().startswith("likely cause:")), None)
     cause = likely.split(":", 1)[1].strip() if likely else first
     label = "wrong result" if kind == "checked" else "error"
+    if case.get("cause"):
+        # The stated cause's id (engine/verdict.py) groups the same mistake across students exactly.
+        return "failed", cause, f"{label}: {case['cause']}"
     return "failed", cause, f"{label}: {normalise(cause)}"
 
 

@@ -82,6 +82,8 @@ class CheckRun:
         self.plot_dir = opt("grader_plot_dir")
         self.events = open(opt("grader_events"), "a", buffering=1) if opt("grader_events") else None
         self.failures_seen = 0
+        self.results: list[CaseResult] = []
+        self.compile_seconds = 0.0       # time spent compiling, which no budget counts
         self.stop_reason: str | None = None
         self._fn = self._rt = None
 
@@ -98,17 +100,19 @@ class CheckRun:
         reports when it starts and ends, so that compiling does not count against a case's time."""
         if self._rt is None:
             from .runtimes import get_runtime
+            import time
             rt = get_runtime(self.backend)
-            if self.events is not None:
-                compile_ = rt.compile
+            compile_ = rt.compile
 
-                def compile(*args, **kw):
-                    self.emit(sync=False, event="compiling")
-                    try:
-                        return compile_(*args, **kw)
-                    finally:
-                        self.emit(sync=False, event="compiled")
-                rt.compile = compile
+            def compile(*args, **kw):
+                self.emit(sync=False, event="compiling")
+                t0 = time.monotonic()
+                try:
+                    return compile_(*args, **kw)
+                finally:
+                    self.compile_seconds += time.monotonic() - t0
+                    self.emit(sync=False, event="compiled")
+            rt.compile = compile
             self._rt = rt
         return self._rt
 
@@ -148,6 +152,13 @@ class CheckRun:
                 result = self._run_case(case, fn, rt)
         except Exception as e:        # the grader's own code failed: say so, never as "not run"
             import traceback
+            if self.backend == "gpu" and _cuda_fault(e, self._rt):
+                # A CUDA error after the submission's kernel launched (an illegal address surfacing
+                # in a copy or the next allocation) is that kernel's fault, not the grader's.
+                result = self._crashed(case, f"{type(e).__name__}: {e}")
+                self.emit(event="result", result=result.to_json())
+                self.results.append(result)
+                return result
             result = CaseResult(case.name, False, params=dict(case.params), kind="grader_error",
                                 message="the grader itself failed on this case (a bug in the grader; please "
                                         "report it with this message):\n"
@@ -165,6 +176,12 @@ class CheckRun:
                 result.message += ("\n(The search for a smaller failing shape was stopped: a smaller "
                                    "shape did not finish in time" + (f"; {where})" if where else ")"))
             self.stop_reason = "not run: an earlier case did not finish in time"
+        self.results.append(result)
+        if self.events is None:
+            # Run as plain pytest, each failure is shown as it comes: its cause is settled against
+            # the failing cases so far. Under `grader check`, the parent settles over all of them.
+            from .engine.verdict import settle
+            settle(self.results)
         self.emit(event="result", result=result.to_json())
         resources = getattr(rt, "resources", None)
         if resources:
@@ -175,12 +192,7 @@ class CheckRun:
         keep: dict = {}
         result = run_case(self.ex, case, fn, rt, self.seed, self.path, keep=keep)
         if result.kind == "error" and (any(tag in result.message for tag in _STICKY) or not rt.healthy()):
-            result.kind = "crash"
-            result.message = ("the kernel crashed on the GPU: " + result.message.splitlines()[0] +
-                              "\nAn illegal memory access means an index ran outside an array: check the "
-                              "bounds tests on the last, partial tile. The CUDA context is lost, so the "
-                              "remaining cases were not run. `--backend cpu` names the line and the array.")
-            self.stop_reason = "not run: an earlier case crashed the GPU context"
+            return self._crashed(case, result.message.splitlines()[0])
         elif result.kind == "compile_error":
             self.stop_reason = "not run: the kernel does not compile"
         elif not result.passed and result.kind in ("checked", "error"):
@@ -193,6 +205,16 @@ class CheckRun:
                     e.result = result        # the verdict stands; only the search was stopped
                     raise
         return result
+
+    def _crashed(self, case, error: str) -> CaseResult:
+        """The submission's kernel left a CUDA error: a failed case (exit 1), and no more cases run
+        (the context is lost). The parent re-runs this case on the CPU emulator for its line."""
+        self.stop_reason = "not run: an earlier case crashed the GPU context"
+        return CaseResult(case.name, False, params=dict(case.params), kind="crash",
+                          message=(f"the kernel crashed on the GPU in case {case.name}: {error.removeprefix('your code raised ')}\n"
+                                   "An illegal or misaligned address means an index ran outside an array (or "
+                                   "a pointer cast to a wider type than its alignment). The CUDA context is "
+                                   "lost, so the remaining cases were not run."))
 
     def _fatal(self, message: str):
         self.emit(event="fatal", message=message)
@@ -207,11 +229,27 @@ class CheckRun:
                      **{f"out_{k}": np.asarray(v) for k, v in keep["out"].items()})
             result.plot = path
         if self.shrink and case.name != "custom":
+            import time
             from .engine.runner import format_shape, shrink
-            found = shrink(self.ex, case.params, fn, rt, self.seed, self.path)
+            found = shrink(self.ex, case.params, fn, rt, self.seed, self.path,
+                           clock=lambda: time.monotonic() - self.compile_seconds)
             if found:
                 params, r = found
-                result.shrunk = {"params": params, "message": r.message, "shape": format_shape(params)}
+                result.shrunk = {"params": params, "message": r.message, "shape": format_shape(params),
+                                 "kind": r.kind, "candidates": r.candidates, "searched": r.searched,
+                                 "observations": r.observations, "cause": None}
+
+
+def _cuda_fault(e: BaseException, rt) -> bool:
+    """Is this exception a CUDA error the kernel left behind (a sticky error, or a context that no
+    longer works)?"""
+    text = f"{type(e).__name__}: {e}"
+    if any(tag in text for tag in _STICKY) or "CUDA_ERROR" in text or "cudaError" in text:
+        return True
+    try:
+        return rt is not None and not rt.healthy()
+    except Exception:
+        return True
 
 
 def where_stopped(e: KeyboardInterrupt, path: Path) -> str:

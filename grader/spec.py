@@ -52,3 +52,15 @@ class BenchCase:
     bytes: float = 0.0                    # for GB/s
     baseline_only: tuple = ()             # inputs only baselines read: not in the roofline's minimum bytes
     baselines: dict[str, Callable] = field(default_factory=dict)
+
+
+class Cause(NamedTuple):
+    """A replay reproduced the output: `id` is stable (`lse:log2`, `keys_end:-1`, ...), `text` is
+    what the student reads (engine/verdict.py)."""
+    id: str
+    text: str
+
+
+class Seen(NamedTuple):
+    """A plain observation of what the outputs show, never worded as a cause."""
+    text: str

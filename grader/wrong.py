@@ -7,7 +7,10 @@ solution and fails loudly when an edit no longer matches exactly once (then upda
     python -m grader.wrong 02 no_rescale > /tmp/no_rescale.py        # one of them as a file
     grader check 02 --file /tmp/no_rescale.py --backend cpu           # what a student would be told
 
-`expect`: phrases that must all appear in the message of the first failing case. `cases`, when
+`cause`: the id of the replay that reproduces the bug (engine/verdict.py), which the check must
+state, and no other; None when no replay models it (a fault the emulator names, an observation):
+then the check must state no cause at all. `expect`: phrases that must all appear in the message of
+the first failing case. `cases`, when
 given, are the cases the project's test runs (to keep CI fast). `numeric`: the failure is a wrong
 number rather than a crash or a fault, so there is an error to shrink and to draw (one per module).
 `backends`: where the explanation is expected (some come from the CPU emulator's own detectors).
@@ -26,6 +29,7 @@ class Wrong:
     what: str
     edits: tuple            # ((old, new), ...): each old text occurs exactly once in the solution
     expect: tuple           # phrases the grader's message must contain
+    cause: str | None = None  # the stated cause's id (None: the check states none)
     cases: tuple | None = None
     numeric: bool = False
     backends: tuple = ("cpu", "gpu")

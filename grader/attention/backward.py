@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from ..spec import Cause, Seen
 from . import references as R
 from .inputs import attention_inputs
 from .replays import MATCH
@@ -155,7 +156,7 @@ def _exp_with(shift):
     return probs
 
 
-def recompute_causes(ctx) -> str | None:
+def recompute_causes(ctx):
     """P recomputed wrongly: the scale, the lse, the mask."""
     scale = ctx.inputs["scale"]
     lse_col = lambda lse: np.where(np.isfinite(lse), lse, np.inf)[:, None]           # noqa: E731
@@ -171,28 +172,31 @@ def recompute_causes(ctx) -> str | None:
         ("P is recomputed with lse in the wrong units: the scores are in log2 units (exp2f) but lse is the "
          "natural-log lse. Multiply lse by log2 e too: P = exp2(s · scale · log2 e - lse · log2 e).",
          _exp_with(lambda s, lse: lse_col(lse) * math.log(2.0))),
+        ("P is recomputed with a natural exponent against lse in log2 units: P = exp(s - lse · log2 e). "
+         "Use one base for both: P = exp2(s · scale · log2 e - lse · log2 e), or expf(s · scale - lse).",
+         _exp_with(lambda s, lse: lse_col(lse) / math.log(2.0))),
     ]
-    for text, probs in cands:
+    for cid, (text, probs) in zip(("P:no_scale", "P:scale_twice", "P:no_lse", "P:lse_units", "P:lse_units"), cands):
         if _replay(ctx, probs=probs):
-            return text
+            yield Cause(cid, text)
     vis = visible_of(ctx.inputs)
     if vis is not None:
         n_q, n_k = vis.shape
         full = _exp_with(lambda s, lse: lse_col(lse))
         if _replay(ctx, probs=lambda s, lse, v: full(s, lse, None)):
-            return ("the causal mask is missing in the backward pass: P is recomputed for keys j > i + (Nk - Nq) "
+            yield Cause("mask:missing", "the causal mask is missing in the backward pass: P is recomputed for keys j > i + (Nk - Nq) "
                     "too. Those keys had weight 0 in the forward pass; give them P = 0 here.")
         top_left = np.arange(n_k)[None, :] <= np.arange(n_q)[:, None]
         if n_q != n_k and _replay(ctx, probs=lambda s, lse, v: full(s, lse, top_left)):
-            return ("the causal mask of the backward pass is aligned top-left (j <= i). It must match the forward "
+            yield Cause("mask:top_left", "the causal mask of the backward pass is aligned top-left (j <= i). It must match the forward "
                     "pass: bottom-right, key j visible to query i iff j <= i + (Nk - Nq).")
-    return None
+    return
 
 
-def delta_causes(ctx) -> str | None:
+def delta_causes(ctx):
     """D forgotten, or computed from the wrong arrays."""
     if _replay(ctx, delta=lambda p, dp, do, o, b, h: np.zeros(p.shape[0])):
-        return ("D is missing: dS = P ∘ dP, without the row term. The softmax's Jacobian subtracts "
+        yield Cause("D:missing", "D is missing: dS = P ∘ dP, without the row term. The softmax's Jacobian subtracts "
                 "D_i = sum_j P_ij dP_ij = rowsum(dO ∘ O) from every dP_ij of row i: dS = P ∘ (dP - D).")
     v = np.asarray(ctx.inputs["v"], np.float64)
     n_q, d = np.asarray(ctx.inputs["q"]).shape[2:]
@@ -205,7 +209,7 @@ def delta_causes(ctx) -> str | None:
             return np.full(p.shape[0], np.nan)
         return (do * flat[start:start + n_q * d].reshape(n_q, d)).sum(axis=-1)
     if _replay(ctx, delta=v_as_o):
-        return ("D is computed from V instead of O: D_i must be rowsum(dO ∘ O), the output of the forward "
+        yield Cause("D:from_v", "D is computed from V instead of O: D_i must be rowsum(dO ∘ O), the output of the forward "
                 "pass (check which array backward_preprocess receives).")
     d_feat = np.asarray(ctx.inputs["q"]).shape[3]
     for lanes in (16, 8, 4, 2, 1):            # lane 0 ends with the sums of lanes 0 .. lanes - 1 only
@@ -213,17 +217,24 @@ def delta_causes(ctx) -> str | None:
         if part.all():
             continue
         if _replay(ctx, delta=lambda p, dp, do, o, b, h, part=part: (do * o)[:, part].sum(axis=-1)):
-            return (f"D sums only part of its row: the output matches D_i = sum of dO ∘ O over the features "
+            yield Cause("D:partial_lanes", f"D sums only part of its row: the output matches D_i = sum of dO ∘ O over the features "
                     f"c with c mod 32 < {lanes}, the partial sums of lanes 0 .. {lanes - 1}. The warp's reduction "
                     f"misses lanes: a butterfly of __shfl_xor_sync must start at stride 16 (then 8, 4, 2, 1) "
                     f"for all 32 lanes' sums to reach lane 0.")
+    for step in (2, 4, 8, 16):                # a butterfly that stops early: lanes c with c % step == 0
+        part = (np.arange(d_feat) % 32) % step == 0
+        if _replay(ctx, delta=lambda p, dp, do, o, b, h, part=part: (do * o)[:, part].sum(axis=-1)):
+            yield Cause("D:partial_lanes", (
+                f"D sums only part of its row: the output matches D_i = sum of dO ∘ O over the lanes c "
+                f"with c mod {step} = 0, what lane 0 holds when the butterfly stops before stride "
+                f"{step // 2}. Run the __shfl_xor_sync butterfly down to stride 1 (16, 8, 4, 2, 1)."))
     if _replay(ctx, delta=lambda p, dp, do, o, b, h: dp.sum(axis=-1)):
-        return ("D is the plain row sum of dP = dO V^T. It is the P-weighted sum, D_i = sum_j P_ij dP_ij, "
+        yield Cause("D:plain_rowsum", "D is the plain row sum of dP = dO V^T. It is the P-weighted sum, D_i = sum_j P_ij dP_ij, "
                 "which equals rowsum(dO ∘ O) since O = P V.")
-    return None
+    return
 
 
-def accumulation_causes(ctx) -> str | None:
+def accumulation_causes(ctx):
     """dK and dV not summed over a GQA group; a scale dropped on dQ or dK."""
     H, Hkv = np.asarray(ctx.inputs["q"]).shape[1], np.asarray(ctx.inputs["k"]).shape[1]
     if H != Hkv:
@@ -231,39 +242,28 @@ def accumulation_causes(ctx) -> str | None:
                             ("only the last query head of each group (each head overwrote the previous)",
                              lambda g, n: [g * n + n - 1])):
             if _replay(ctx, heads=heads):
-                return (f"dK and dV hold {what}. With GQA, H / Hkv = {H // Hkv} query heads share a kv head, so "
+                yield Cause("gqa:not_summed", f"dK and dV hold {what}. With GQA, H / Hkv = {H // Hkv} query heads share a kv head, so "
                         f"its dK and dV are the sums over those heads: accumulate all of them before storing.")
     for name, kw in (("dQ", "dq_scale"), ("dK", "dk_scale")):
         for factor, what in ((1.0 / ctx.inputs["scale"], "without the scale"), (ctx.inputs["scale"], "with the scale twice")):
             if _replay(ctx, **{kw: factor}):
-                return (f"{name} is computed {what}: S = scale · Q K^T, so {name} = scale · "
+                yield Cause(f"{name.lower()}:scale_{'missing' if factor != ctx.inputs['scale'] else 'twice'}", f"{name} is computed {what}: S = scale · Q K^T, so {name} = scale · "
                         f"{'dS K' if name == 'dQ' else 'dS^T Q'}, once.")
-    return None
+    return
 
 
-def located(ctx) -> str | None:
-    """Which gradients are right says where the error is (an observation, not a replay)."""
-    wrong = {n for n in OUTPUTS if _wrong(ctx, n)}
-    n_k = np.asarray(ctx.inputs["k"]).shape[2]
-    block_n = (getattr(ctx, "config", None) or {}).get("BLOCK_N")
-    tiles = -(-n_k // block_n) if isinstance(block_n, int) and block_n > 0 else None
-    if wrong == {"dq"}:
-        race = ("" if tiles == 1 else
-                " dQ is the only gradient that several blocks add to (one per key tile"
-                + (f", {tiles} here" if tiles else "") + "): added with a plain += instead of atomicAdd, "
-                "updates are lost when blocks overlap in time; and the preprocessing kernel must set dQ to 0 "
-                "before they add.")
-        return ("dK and dV are right and dQ is wrong, so P and dS are right: the error is in dQ's own step, "
-                "dQ = scale · dS K." + race)
-    if wrong == {"dk"}:
-        return "dV and dQ are right and dK is wrong: the error is in dK's own step, dK = scale · dS^T Q, or its store."
-    if wrong == {"dv"}:
-        return "dQ and dK are right and dV is wrong: the error is in dV's own step, dV = P^T dO, or its store."
-    if wrong == {"dq", "dk"}:
-        return ("dV is right, so P is right; dQ and dK are wrong, so dS is wrong: look at dP = dO V^T and at "
-                "D, dS = P ∘ (dP - D).")
-    return None
+def located(ctx):
+    """Which gradients are right and which are wrong (an observation, not a replay)."""
+    wrong = [n for n in OUTPUTS if _wrong(ctx, n)]
+    right = [n for n in OUTPUTS if n not in wrong]
+    names = {"dq": "dQ", "dk": "dK", "dv": "dV"}
+    if wrong and right:
+        yield Seen(f"{' and '.join(names[n] for n in right)} {'is' if len(right) == 1 else 'are'} right; "
+                   f"{' and '.join(names[n] for n in wrong)} {'is' if len(wrong) == 1 else 'are'} wrong.")
 
 
-def diagnose(ctx) -> str | None:
-    return recompute_causes(ctx) or delta_causes(ctx) or accumulation_causes(ctx) or located(ctx)
+def diagnose(ctx):
+    yield from recompute_causes(ctx)
+    yield from delta_causes(ctx)
+    yield from accumulation_causes(ctx)
+    yield from located(ctx)

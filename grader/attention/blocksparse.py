@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..spec import Cause, Seen
 from . import references as R
 from . import replays, weights
 from .inputs import attention_inputs
@@ -268,34 +269,31 @@ def bad_row_mask(ctx) -> np.ndarray:
     return bad_o | bad_l
 
 
-def empty_row_cause(ctx, nan_only: bool) -> str | None:
+def empty_row_cause(ctx, nan_only: bool):
     """Rows whose blocks are all masked (or, causal, that come before every key): NaN, or anything but
     o = 0 and lse = -inf while the other rows are right."""
     empty = np.isneginf(ctx.ref["lse"])
     if not empty.any() or any(c.unwritten.any() for c in ctx.cmp.values()):
-        return None          # elements never written (the grader's NaN): the generic checks say where
+        return          # elements never written (the grader's NaN): the generic checks say where
     o, lse = np.asarray(ctx.out["o"], np.float64), np.asarray(ctx.out["lse"], np.float64)
     nan_rows = np.isnan(o[empty]).any() or np.isnan(lse[empty]).any()
     bad = bad_row_mask(ctx)
-    if not nan_rows and (nan_only or bad[~empty].any() or not bad[empty].any()):
-        return None
+    if bad[~empty].any() or not bad[empty].any() or (nan_only and not nan_rows):
+        return                  # only the rows without a visible key may be wrong
     b, h, i = (int(x) for x in np.argwhere(empty)[0])
     why = "every block of its mask row is masked"
     if ctx.params.get("causal") and ctx.params["Nq"] > ctx.params["Nk"]:
         why += " or, causal, it comes before every key"
     where = f"{int(empty.sum())} such rows, first o[{b}, {h}, {i}]: {why}"
     if nan_rows:
-        return (f"rows with no visible key give NaN ({where}). Such a row skips every key tile or masks "
+        yield Cause("empty_rows:nan", f"rows with no visible key give NaN ({where}). Such a row skips every key tile or masks "
                 "every score, so its running max stays -INFINITY: exponentiate against 0 while m_new is "
                 "-INFINITY (exp2(-inf - -inf) is NaN), keep l = 0, and write o = 0 and lse = -INFINITY when "
                 "l = 0 (guard the final 1/l).")
-    seen = np.isfinite(lse[empty]).any() or (o[empty] != 0).any()
+        return
     what = "a finite lse" if np.isfinite(lse[empty]).any() else "a nonzero output"
-    return (f"rows with no visible key give {what} ({where}), while the other rows are right"
-            + (": the kernel let keys into them, so a tile that should be skipped ran or the per-element "
-               "test let keys through there. Skip a tile iff none of its mask blocks is kept, test "
-               "mask[i / mb_rows][j / mb_cols] per element, and write o = 0, lse = -INFINITY when l = 0."
-               if seen else ". Write o = 0 and lse = -INFINITY when l = 0."))
+    yield Seen(f"the rows with no visible key, and only they, are wrong: they give {what} ({where}), where "
+               "o = 0 and lse = -inf are due.")
 
 
 def _flat_reads(bm: np.ndarray, row_stride: int, col_stride: int) -> np.ndarray | None:
@@ -308,7 +306,7 @@ def _flat_reads(bm: np.ndarray, row_stride: int, col_stride: int) -> np.ndarray 
     return bm.reshape(bm.shape[:-2] + (nr * nc,))[..., idx]
 
 
-def mask_causes(ctx, s, v) -> str | None:
+def mask_causes(ctx, s, v):
     """The mask read wrongly: transposed, with kernel-tile coordinates, of the wrong head or batch,
     partial tiles without their per-element test, or skipped."""
     p = ctx.params
@@ -327,33 +325,33 @@ def mask_causes(ctx, s, v) -> str | None:
     for stride, how in ((nc, "mask[bc * n_mb_k + br]"), (nr, "mask[bc * n_mb_q + br]")):
         alt = _flat_reads(bm, 1, stride)
         if alt is not None and hit(expand(alt, block, n_q, n_k) & cm):
-            return (f"the block mask is read transposed ({how}, the output matches it): query block br, "
+            yield Cause("block_mask:transposed", f"the block mask is read transposed ({how}, the output matches it): query block br, "
                     f"key block bc is byte br · n_mb_k + bc of the head's mask, row br for the queries "
                     f"i / mb_rows, column bc for the keys j / mb_cols.")
     # Another batch entry's or head's mask.
     if p["B"] > 1 and hit(visible(np.broadcast_to(bm[:1], bm.shape), block, n_q, n_k, causal)):
-        return ("every batch entry reads batch 0's block mask: the mask's index is missing its batch term "
+        yield Cause("index_drop:batch:block_mask", "every batch entry reads batch 0's block mask: the mask's index is missing its batch term "
                 "(the mask of (b, h) starts at (b · H + h) · n_mb_q · n_mb_k).")
     if p["H"] > 1 and hit(visible(np.broadcast_to(bm[:, :1], bm.shape), block, n_q, n_k, causal)):
-        return ("every head reads head 0's block mask: the mask's index is missing its head term "
+        yield Cause("index_drop:head:block_mask", "every head reads head 0's block mask: the mask's index is missing its head term "
                 "(the mask of (b, h) starts at (b · H + h) · n_mb_q · n_mb_k; query head h, not its kv head).")
     if p["H"] != p["Hkv"]:
         group = p["H"] // p["Hkv"]
         heads = [h // group for h in range(p["H"])]
         if hit(visible(bm[:, heads], block, n_q, n_k, causal)):
-            return ("the block mask is read at the kv head h / (H / Hkv): the mask has one slab per query "
+            yield Cause("block_mask:kv_head", "the block mask is read at the kv head h / (H / Hkv): the mask has one slab per query "
                     "head, [B, H, ...], so index it with h.")
     # Kept bytes compared with 1: everywhere, or only in the per-element test of partial tiles.
     ones = np.asarray(ctx.inputs["block_mask"]) == 1
     if (ones != bm).any():
         if hit(visible(ones, block, n_q, n_k, causal)):
-            return ("the mask's bytes are compared with 1 (== 1), but any nonzero byte means kept: blocks "
+            yield Cause("block_mask:equals_one", "the mask's bytes are compared with 1 (== 1), but any nonzero byte means kept: blocks "
                     "holding 2 .. 255 are dropped. Test mask != 0.")
         for tm in tiles(ctx, "BLOCK_M"):
             for tn in tiles(ctx, "BLOCK_N"):
                 any_t, all_t = tile_rects(bm, block, n_q, n_k, (tm, tn))
                 if hit((all_t & truth) | (any_t & ~all_t & expand(ones, block, n_q, n_k) & cm)):
-                    return ("the per-element test of partial tiles compares the mask's bytes with 1 (== 1 or "
+                    yield Cause("block_mask:equals_one_partial", "the per-element test of partial tiles compares the mask's bytes with 1 (== 1 or "
                             "!= 1), but any nonzero byte means kept: test mask[i / mb_rows][j / mb_cols] != 0 "
                             "(== 0 for a dropped block).")
     for tm in tiles(ctx, "BLOCK_M"):
@@ -367,19 +365,19 @@ def mask_causes(ctx, s, v) -> str | None:
                 also = ("" if tile_coords is False or not np.array_equal(tile_coords, any_t & cm) else
                         " (Or the mask is read with kernel-tile coordinates: in this shape the two give the "
                         "same output.)")
-                return (f"tiles whose mask blocks are only partly kept run without the per-element block test "
+                yield Cause("block_mask:partial_tiles_untested", f"tiles whose mask blocks are only partly kept run without the per-element block test "
                         f"(the output matches tiles of {tm} queries × {tn} keys computed whole whenever one of "
                         f"their {_block_words(p)} is kept). When the mask's blocks do not line up with the "
                         f"tiles, such a partial tile needs the per-element test: s = -INFINITY where "
                         f"mask[i / mb_rows][j / mb_cols] == 0." + also)
             # Partial tiles skipped.
             if hit(all_t & truth):
-                return (f"tiles whose mask blocks are only partly kept are skipped (the output matches tiles "
+                yield Cause("block_mask:partial_tiles_skipped", f"tiles whose mask blocks are only partly kept are skipped (the output matches tiles "
                         f"of {tm} queries × {tn} keys run only when all of their {_block_words(p)} are kept). "
                         "Skip a tile only when none of its mask blocks is kept; when some are, run it with "
                         "the per-element test.")
             if tile_coords is not False and hit(tile_coords):
-                return (f"the mask is read with kernel-tile coordinates (q_start / BLOCK_M, kv_start / "
+                yield Cause("block_mask:tile_coords", f"the mask is read with kernel-tile coordinates (q_start / BLOCK_M, kv_start / "
                         f"BLOCK_N, tiles of {tm} queries × {tn} keys), but its blocks are {block[0]} × "
                         f"{block[1]}: the output matches that misreading. Index the mask with mask-block "
                         f"coordinates, row i / mb_rows and column j / mb_cols: a tile covers the mask blocks "
@@ -389,14 +387,14 @@ def mask_causes(ctx, s, v) -> str | None:
                 diag = (np.arange(n_k)[None, :] // tn * tn + tn - 1) > (np.arange(n_q)[:, None] // tm * tm
                                                                        + n_k - n_q)
                 if hit(any_t & cm & np.where(diag, True, expand(bm, block, n_q, n_k))):
-                    return (f"on the tiles that straddle the causal diagonal the block mask is not applied: "
+                    yield Cause("block_mask:diagonal_tiles_unmasked", f"on the tiles that straddle the causal diagonal the block mask is not applied: "
                             f"the output matches tiles of {tm} queries × {tn} keys whose per-element test "
                             f"there checks only j <= i + (Nk - Nq). On a diagonal tile that is also partial, "
                             f"both tests apply: s = -INFINITY where j > i + offset or the key's mask block "
                             f"is 0.")
                 lim = replays.tile_limits(n_q, n_k, tm, tn, lambda first, last: last)
                 if hit(expand(bm, block, n_q, n_k) & replays.visible_where(n_q, n_k, lim)):
-                    return (f"keys above the causal diagonal are counted in the tiles that straddle it (the "
+                    yield Cause("mask:diagonal_tiles_unmasked", f"keys above the causal diagonal are counted in the tiles that straddle it (the "
                             f"output matches tiles of {tm} queries × {tn} keys with the block mask but without "
                             f"j <= i + (Nk - Nq) per element). The per-element test needs the causal term "
                             f"too: s = -INFINITY where causal && j > i + offset.")
@@ -404,25 +402,25 @@ def mask_causes(ctx, s, v) -> str | None:
         i = np.arange(n_q)
         kept = expand(bm, block, n_q, n_k)
         if hit(kept & replays.visible_where(n_q, n_k, i + n_k - n_q)):
-            return ("the diagonal itself is masked: query i must see key i + (Nk - Nq) too (when its block is "
+            yield Cause("mask:diagonal_excluded", "the diagonal itself is masked: query i must see key i + (Nk - Nq) too (when its block is "
                     "kept). The causal test is j <= i + offset (mask j > i + offset), not j < i + offset.")
         if hit(kept & replays.visible_where(n_q, n_k, i + n_k - n_q + 2)):
-            return ("each query sees one key too many past the causal diagonal: mask j > i + offset, where "
+            yield Cause("mask:one_extra", "each query sees one key too many past the causal diagonal: mask j > i + offset, where "
                     "offset = Nk - Nq (key i + offset + 1 is in the future).")
         if n_q != n_k and hit(expand(bm, block, n_q, n_k) & replays.visible_where(n_q, n_k, i + 1)):
-            return (f"the causal mask is aligned top-left (j <= i). It must be aligned bottom-right: query i "
+            yield Cause("mask:top_left", f"the causal mask is aligned top-left (j <= i). It must be aligned bottom-right: query i "
                     f"sees key j iff j <= i + (Nk - Nq), here i + {n_k - n_q}.")
         if hit(expand(bm, block, n_q, n_k) & np.ones((n_q, n_k), bool)):
-            return ("causal=True is ignored: the output matches the block mask alone. Under causal a key must "
+            yield Cause("mask:causal_ignored", "causal=True is ignored: the output matches the block mask alone. Under causal a key must "
                     "also satisfy j <= i + (Nk - Nq), bottom-right.")
     if hit(np.broadcast_to(cm, truth.shape)):
-        return ("the block mask is not applied at all: the output matches attention over every key"
+        yield Cause("block_mask:ignored", "the block mask is not applied at all: the output matches attention over every key"
                 + (" (with the causal mask)" if causal else "") + ". Skip a tile when none of its mask "
                 "blocks is kept, and test mask[i / mb_rows][j / mb_cols] per element in a partial tile.")
-    return None
+    return
 
 
-def block_flip_cause(ctx, s, v, limit: int = 24) -> str | None:
+def block_flip_cause(ctx, s, v, limit: int = 24):
     """A few single mask blocks computed though masked or skipped though kept: found one query-block
     row at a time, then replayed on the whole output; the message names them."""
     p = ctx.params
@@ -431,11 +429,11 @@ def block_flip_cause(ctx, s, v, limit: int = 24) -> str | None:
     bm = np.asarray(ctx.inputs["block_mask"]) != 0
     o, lse = np.asarray(ctx.out["o"], np.float64), np.asarray(ctx.out["lse"], np.float64)
     if not (np.isfinite(o).all() and not np.isnan(lse).any()):
-        return None
+        return
     bad = bad_row_mask(ctx)
     regions = sorted({(b, h, i // block[0]) for b, h, i in zip(*np.nonzero(bad))})
     if not regions or len(regions) > limit:
-        return None
+        return
     cm = R.causal_mask(n_q, n_k) if causal else np.ones((n_q, n_k), bool)
     flips, alt = [], bm.copy()
     for b, h, br in regions:
@@ -453,19 +451,19 @@ def block_flip_cause(ctx, s, v, limit: int = 24) -> str | None:
                 found = cols
                 break
         if found is None:
-            return None
+            return
         for bc in found:
             flips.append((b, h, br, bc, bool(bm[b, h, br, bc])))
             alt[b, h, br, bc] = not alt[b, h, br, bc]
     if not matches(ctx, o=attend(s, v, visible(alt, block, n_q, n_k, causal))[0]):
-        return None
+        return
     said = [f"(b = {b}, h = {h}, query block {br}, key block {bc}): "
             + ("skipped though kept" if kept else "computed though masked") for b, h, br, bc, kept in flips[:4]]
     more = f", and {len(flips) - 4} more" if len(flips) > 4 else ""
     kinds = {kept for *_, kept in flips}
     what = ("skips a block the mask keeps" if kinds == {True} else "computes a block the mask drops"
             if kinds == {False} else "skips blocks the mask keeps and computes blocks it drops")
-    return (f"the kernel {what}: the output matches the truth with {len(flips)} block(s) of the mask "
+    yield Seen(f"the kernel {what}: the output matches the truth with {len(flips)} block(s) of the mask "
             f"flipped, in mask-block coordinates ({_block_words(p)}): " + "; ".join(said) + more
             + ". A tile is skipped iff none of the mask blocks it covers is kept (rows q_start / mb_rows .. "
             "q_last / mb_rows, columns kv_start / mb_cols .. (last key of the tile) / mb_cols); in a partial "
@@ -473,39 +471,36 @@ def block_flip_cause(ctx, s, v, limit: int = 24) -> str | None:
             "and the test (!= 0: any nonzero byte means kept).")
 
 
-def skipped_rows_cause(ctx) -> str | None:
+def skipped_rows_cause(ctx):
     """Rows that see keys but come out exactly as a row that skipped every tile (o = 0, lse = -inf)."""
     o, lse = np.asarray(ctx.out["o"], np.float64), np.asarray(ctx.out["lse"], np.float64)
     bad = bad_row_mask(ctx)
     as_empty = np.isneginf(lse) & (o == 0).all(axis=-1) & np.isfinite(ctx.ref["lse"])
     if not as_empty.any() or (bad & ~as_empty).any():
-        return None
+        return
     p = ctx.params
     b, h, i = (int(x) for x in np.argwhere(as_empty)[0])
     kept = np.flatnonzero(np.asarray(ctx.inputs["block_mask"])[b, h, i // p["mb_m"]]).tolist()
-    return (f"{int(as_empty.sum())} rows that see keys come out as o = 0 and lse = -inf, what a row gives "
-            f"when every one of its key tiles is skipped or fully masked (first o[{b}, {h}, {i}], in query "
+    yield Seen(f"{int(as_empty.sum())} rows that see keys come out as o = 0 and lse = -inf, as a row that "
+            f"sees no key does (first o[{b}, {h}, {i}], in query "
             f"block {i // p['mb_m']}, whose kept key blocks are {kept[:8]}{' ...' if len(kept) > 8 else ''}, "
-            f"{_block_words(p)}). The skip decision or the per-element test finds no kept block where the "
-            "mask keeps some: check which bytes they read (row i / mb_rows, column j / mb_cols, the head's "
-            "offset) and the test (!= 0).")
+            f"{_block_words(p)}).")
 
 
-def observed_blocks(ctx) -> str | None:
+def observed_blocks(ctx):
     """No replay fits: say which query blocks of the mask hold the wrong rows."""
     p = ctx.params
     bad = bad_row_mask(ctx)
     if not bad.any():
-        return None
+        return
     regions = sorted({(int(b), int(h), int(i) // p["mb_m"]) for b, h, i in zip(*np.nonzero(bad))})
     total = bad.shape[0] * bad.shape[1] * cdiv(p["Nq"], p["mb_m"])
     if len(regions) == total:
-        return None
+        return
     said = ", ".join(f"(b = {b}, h = {h}, query block {r})" for b, h, r in regions[:4])
-    return (f"no replayed bug matches, but the wrong rows lie in {len(regions)} of the {total} query blocks of "
+    yield Seen(f"the wrong rows lie in {len(regions)} of the {total} query blocks of "
             f"the mask ({_block_words(p)}): {said}{' ...' if len(regions) > 4 else ''}; the rows of the other "
-            "query blocks are right. Compare, for those blocks, the tiles your kernel runs, skips and tests "
-            "per element with the mask's bytes.")
+            "query blocks are right.")
 
 
 def weight_rows(ctx, s, v, vis) -> list:
@@ -521,12 +516,18 @@ def weight_rows(ctx, s, v, vis) -> list:
     return rows
 
 
-def diagnose(ctx) -> str | None:
+def diagnose(ctx):
     p = ctx.params
     s, v = replays.scores(ctx.inputs)
     vis = visible(ctx.inputs["block_mask"], (p["mb_m"], p["mb_n"]), p["Nq"], p["Nk"], bool(p.get("causal")))
-    return (empty_row_cause(ctx, nan_only=True) or mask_causes(ctx, s, v) or block_flip_cause(ctx, s, v)
-            or empty_row_cause(ctx, nan_only=False) or skipped_rows_cause(ctx)
-            or replays.output_causes(ctx, s, v, vis) or replays.tile_bug_causes(ctx, s, v, vis)
-            or replays.setup_causes(ctx, vis) or weights.cause(weight_rows(ctx, s, v, vis))
-            or observed_blocks(ctx))
+    yield from empty_row_cause(ctx, nan_only=True)
+    yield from mask_causes(ctx, s, v)
+    yield from block_flip_cause(ctx, s, v)
+    yield from empty_row_cause(ctx, nan_only=False)
+    yield from skipped_rows_cause(ctx)
+    yield from replays.output_causes(ctx, s, v, vis)
+    yield from replays.exponent_causes(ctx, s, v, vis)
+    yield from replays.tile_bug_causes(ctx, s, v, vis)
+    yield from replays.setup_causes(ctx, vis)
+    yield from weights.observation(weight_rows(ctx, s, v, vis))
+    yield from observed_blocks(ctx)

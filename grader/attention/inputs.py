@@ -10,7 +10,8 @@ def attention_inputs(p: dict, rng: np.random.Generator) -> dict:
     """q [B, H, Nq, d], k and v [B, Hkv, Nk, d], float32, never zeros.
 
     p["logit"] (optional) scales q and k so the scaled scores reach about ±logit: large logits
-    expose a softmax that forgets to subtract the max. p["scale"] (optional) replaces 1/sqrt(d).
+    expose a softmax that forgets to subtract the max. p["shift"] (optional) moves every score by
+    about shift (see shifted). p["scale"] (optional) replaces 1/sqrt(d).
     """
     B, H, Hkv, n_q, n_k, d = (p[key] for key in ("B", "H", "Hkv", "Nq", "Nk", "d"))
     q = rng.standard_normal((B, H, n_q, d))
@@ -20,6 +21,8 @@ def attention_inputs(p: dict, rng: np.random.Generator) -> dict:
         # q·k/sqrt(d) has standard deviation 1; stretch both by sqrt(logit / 3) to reach ±logit.
         stretch = np.sqrt(p["logit"] / 3.0)
         q, k = q * stretch, k * stretch
+    if p.get("shift"):
+        q, k = shifted(q, k, p["shift"], rng)
     scale = p.get("scale", 1.0 / np.sqrt(d))      # a case may set it: a kernel must use its argument
     return {"q": q.astype(np.float32), "k": k.astype(np.float32), "v": v.astype(np.float32),
             "scale": float(scale)}
@@ -44,6 +47,9 @@ def attention_shapes(*, d_list=(32, 64, 96, 128)) -> list[Case]:
         ("long", dict(B=1, H=2, Hkv=1, Nq=129, Nk=257, d=64)),
         # Not 1/sqrt(d): a kernel that computes its own scale instead of using the argument fails here.
         ("custom_scale", dict(B=2, H=4, Hkv=2, Nq=33, Nk=47, d=64, scale=0.3)),
+        # Every score of every row near -150: exp(s) underflows unless the row's own max is subtracted
+        # (a running max seeded at 0 instead of -INFINITY gives 0/0 here and nowhere else).
+        ("scores_far_below_zero", dict(B=1, H=2, Hkv=1, Nq=21, Nk=70, d=64, shift=-150.0)),
     ]
     return [Case(name, p) for name, p in raw if p["d"] in d_list]
 
@@ -71,12 +77,21 @@ def decode_qkv(p, rng, n_keys_shape):
         stretch = np.float32(np.sqrt(p["logit"] / 3.0))
         q, k = q * stretch, k * stretch
     if p.get("shift"):
-        u = rng.standard_normal(d)
-        u /= np.linalg.norm(u)
-        a = np.sqrt(p["shift"] * np.sqrt(d))                # scale · a² = shift with scale = 1/sqrt(d)
-        q = (q + a * u).astype(np.float32)
-        k = (k + a * u).astype(np.float32)
-    return q, k, v
+        q, k = shifted(q, k, p["shift"], rng)
+    return q.astype(np.float32), k.astype(np.float32), v
+
+
+def shifted(q, k, shift: float, rng: np.random.Generator):
+    """q and k moved along one shared direction u so that every scaled score (scale 1/sqrt(d)) moves
+    by about `shift` while the softmax stays spread out: lse ≈ shift. A large positive shift makes
+    exp(lse) overflow float32 (past 88); a large negative one puts every score of a row far below
+    zero (exp(s) underflows to 0 past -103), which a max seeded at 0 instead of -INFINITY turns
+    into 0/0."""
+    d = q.shape[-1]
+    u = rng.standard_normal(d)
+    u /= np.linalg.norm(u)
+    a = np.sqrt(abs(shift) * np.sqrt(d))                 # scale · a² = |shift| with scale = 1/sqrt(d)
+    return q + a * u, k + np.sign(shift) * a * u
 
 
 def valid_decode_shape(p) -> bool:

@@ -1,10 +1,13 @@
-"""Bugs replayed in float64: a diagnosis names a cause only when replaying it reproduces the output.
+"""Bugs replayed in float64: a cause is stated only when replaying it reproduces the output.
 
 Each `*_causes` function takes the failing case's context (engine/diagnose.Context: inputs,
-reference, the student's outputs, the comparisons) and returns a sentence for the student, or None.
-The replays are the kernels' usual bugs computed on the reference's own inputs: a missing rescale, a
-missing bounds mask, a forgotten 1/l, lse in log2 units, the wrong kv head, a top-left causal mask,
-a combine without the max ... The student's output must be close to the replay AND far from the truth.
+reference, the student's outputs, the comparisons) and yields a `Cause(id, text)` for every replay
+that reproduces the output (close to the replay AND far from the truth), and `Seen(text)` for plain
+observations (engine/verdict.py). The replays come in families, each the reference computation with
+one bug: the last step (1/l, lse's units and terms), the streaming loop (rescale, stale max, bounds
+mask), the key range (start and end off by one key or one tile), the indexing (batch and head terms
+dropped, the GQA kv head), the scale, the exponent's sign, the causal mask and loop bounds, and for
+decode the splits and their combine.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import math
 import numpy as np
 
 from . import references as R
+from ..spec import Cause, Seen
 
 # The tile sizes a student may pick; a tile-shaped bug is replayed with each, unless the kernel
 # declares its own (CONFIG's BLOCK_M / BLOCK_N): then with that one only, so that a message never
@@ -49,9 +53,10 @@ def attend(s, v, visible=None):
     return p @ v, lse
 
 
-def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_max=False):
+def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_max=False, first_zero=False):
     """The online softmax over key tiles, as a kernel runs it, with the rescale optionally left out,
-    or (stale_max) each tile's P taken against the max before the tile (0 before the first)."""
+    or (stale_max) each tile's P taken against the max before the tile (0 before the first), or
+    (first_zero) a row's first tile with a visible key taken against 0 instead of its max."""
     if visible is not None:
         s = np.where(visible, s, -np.inf)
     shape = s.shape[:-1]
@@ -63,7 +68,10 @@ def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_m
             m_new = np.maximum(m, st.max(axis=-1))
             m_use = np.where(np.isfinite(m_new), m_new, 0.0)
             alpha = np.exp(m - m_use)
-            p = np.exp(st - (np.where(np.isfinite(m), m, 0.0) if stale_max else m_use)[..., None])
+            shift = np.where(np.isfinite(m), m, 0.0) if stale_max else m_use
+            if first_zero:
+                shift = np.where(np.isfinite(m), m_use, 0.0)
+            p = np.exp(st - shift[..., None])
             l = (l * alpha if rescale_l else l) + p.sum(axis=-1)
             acc = (acc * alpha[..., None] if rescale_acc else acc) + p @ v[..., start:start + tile, :]
             m = m_new
@@ -106,27 +114,46 @@ def matches(ctx, o=None, lse=None) -> bool:
     return close and wrong
 
 
-def tile_bug_causes(ctx, s, v, visible=None) -> str | None:
+def prefill_causes(ctx, s, v, visible=None):
+    """Every prefill replay family (modules 00, 02, 03, 06): the last step, the streaming loop, the
+    key range, the indexing, the scale, the exponent."""
+    yield from output_causes(ctx, s, v, visible)
+    yield from exponent_causes(ctx, s, v, visible)
+    yield from tile_bug_causes(ctx, s, v, visible)
+    yield from key_range_causes(ctx, s, v, visible)
+    yield from setup_causes(ctx, visible)
+
+
+def tile_bug_causes(ctx, s, v, visible=None):
     """Bugs of the streaming loop: the rescale and the bounds mask of the last, partial key tile."""
     n_k = s.shape[-1]
     for tile in tiles(ctx, "BLOCK_N"):
         o_alt, lse_alt = streamed(s, v, tile, visible=visible, stale_max=True)
         if matches(ctx, o=o_alt, lse=lse_alt):
-            return ("P is taken against a stale max: the max of the earlier tiles (0 before the first), "
-                    "not m_new, which includes this tile's scores. Fold the tile's row max in first, "
-                    "m_new = max(m, rowmax(S)), then P = exp(S - m_new): P may be formed (and rounded) "
-                    "only once the max is final.")
+            yield Cause("softmax:stale_max", (
+                "P is taken against a stale max: the max of the earlier tiles (0 before the first), "
+                "not m_new, which includes this tile's scores (the output matches that loop). Fold the "
+                "tile's row max in first, m_new = max(m, rowmax(S)), then P = exp(S - m_new)."))
+        o_alt, lse_alt = streamed(s, v, tile, visible=visible, first_zero=True)
+        if matches(ctx, o=o_alt, lse=lse_alt) or matches(ctx, o=o_alt):
+            yield Cause("softmax:first_tile_unshifted", (
+                "a row's first tile with a visible key is exponentiated against 0, not its max (the "
+                "output matches that): the guard for an empty state must test the new max, m_use = "
+                "(m_new == -INFINITY) ? 0 : m_new, not the old one, which is -INFINITY before every "
+                "row's first visible key."))
         if n_k <= tile:
             continue
         if matches(ctx, o=streamed(s, v, tile, rescale_acc=False, visible=visible)[0]):
-            return (f"the accumulator acc is not rescaled when the running max grows (the output matches "
-                    f"that bug with key tiles of {tile}). When m grows to m_new, multiply acc (and l) by "
-                    f"exp(m_old - m_new) before adding the new tile's P·V. Rows spanning only one key "
-                    f"tile are right, which is why small cases pass.")
+            yield Cause("rescale:acc", (
+                f"the accumulator acc is not rescaled when the running max grows (the output matches "
+                f"that bug with key tiles of {tile}). When m grows to m_new, multiply acc (and l) by "
+                f"exp(m_old - m_new) before adding the new tile's P·V. Rows spanning only one key tile "
+                f"are right, which is why small cases pass."))
         if matches(ctx, o=streamed(s, v, tile, rescale_acc=False, rescale_l=False, visible=visible)[0]):
-            return (f"neither acc nor l is rescaled when the running max grows (the output matches that "
-                    f"bug with key tiles of {tile}). When m grows to m_new, multiply acc and l by "
-                    f"exp(m_old - m_new) before adding the new tile.")
+            yield Cause("rescale:acc_and_l", (
+                f"neither acc nor l is rescaled when the running max grows (the output matches that bug "
+                f"with key tiles of {tile}). When m grows to m_new, multiply acc and l by "
+                f"exp(m_old - m_new) before adding the new tile."))
     # Keys past n_k zero-filled but not masked: score 0, value 0, still counted in l. One such key is
     # a bound one off (j > n_k where j >= n_k is due); a tile's worth is a missing bounds mask.
     for tile, pad in [(None, 1)] + [(t, -n_k % t) for t in tiles(ctx, "BLOCK_N") if -n_k % t > 1]:
@@ -134,18 +161,60 @@ def tile_bug_causes(ctx, s, v, visible=None) -> str | None:
                                 np.zeros(s.shape[:-1] + (pad,))], axis=-1)
         v_pad = np.concatenate([v, np.zeros(v.shape[:-2] + (pad, v.shape[-1]))], axis=-2)
         o_alt, lse_alt = attend(s_pad, v_pad)
-        if (matches(ctx, o=o_alt) or matches(ctx, lse=lse_alt)) and tile is None:
-            return (f"key n_k = {n_k}, one past the last key, is counted (the output matches one extra key "
-                    f"of score 0 and value 0: zero-filled but not masked). The bounds mask is one off: "
-                    f"s = -INFINITY where j >= n_k (not j > n_k).")
-        if matches(ctx, o=o_alt) or matches(ctx, lse=lse_alt):
-            return (f"keys past n_k = {n_k} in the last, partial key tile are counted (the output matches "
-                    f"{pad} extra keys of score 0, as with tiles of {tile}). Give them score -INFINITY "
-                    f"(the bounds mask: s = -INFINITY where j >= n_k), so that exp(s - m) = 0.")
-    return None
+        if not (matches(ctx, o=o_alt) or matches(ctx, lse=lse_alt)):
+            continue
+        if tile is None:
+            yield Cause("keys_end:+1", (
+                f"key n_k = {n_k}, one past the last key, is counted (the output matches one extra key "
+                f"of score 0 and value 0: zero-filled but not masked). The bounds mask is one off: "
+                f"s = -INFINITY where j >= n_k (not j > n_k)."))
+        else:
+            yield Cause("bounds_mask:missing", (
+                f"keys past n_k = {n_k} in the last, partial key tile are counted (the output matches "
+                f"{pad} extra keys of score 0, as with tiles of {tile}). Give them score -INFINITY "
+                f"(the bounds mask: s = -INFINITY where j >= n_k), so that exp(s - m) = 0."))
 
 
-def output_causes(ctx, s, v, visible=None) -> str | None:
+def key_range_causes(ctx, s, v, visible=None):
+    """The loop over keys with its start or end off: the first or last key, or the last key tile,
+    left out."""
+    n_k = s.shape[-1]
+    base = np.ones(s.shape[-2:], bool) if visible is None else np.asarray(visible, bool)
+    j = np.arange(n_k)
+    families = [("keys_end:-1", j < n_k - 1,
+                 f"the last key, j = n_k - 1 = {n_k - 1}, is never visited (the output matches a loop that "
+                 "stops one key short): the loop runs while j < n_k, and a tile's bound is min(BLOCK_N, "
+                 "n_k - kv_start)."),
+                ("keys_start:+1", j >= 1,
+                 "the first key, j = 0, is never visited (the output matches a loop that starts at 1): "
+                 "start the loop over keys at 0.")]
+    for tile in tiles(ctx, "BLOCK_N"):
+        if n_k > tile:
+            last = (n_k - 1) // tile * tile
+            families.append(("key_tiles_end:-1", j < last,
+                             f"the last key tile (keys {last} to {n_k - 1}, with tiles of {tile}) is never "
+                             "visited (the output matches a loop over key tiles one tile short): the number "
+                             "of key tiles is ceil(n_k / BLOCK_N) = (n_k + BLOCK_N - 1) / BLOCK_N."))
+    for cid, keep, text in families:
+        vis = base & keep[None, :]
+        if vis.all():
+            continue
+        o_alt, lse_alt = attend(s, v, vis)
+        if matches(ctx, o=o_alt, lse=lse_alt) or matches(ctx, o=o_alt):
+            yield Cause(cid, text)
+
+
+def exponent_causes(ctx, s, v, visible=None):
+    """exp(m - s) for exp(s - m): the weights are softmax(-s)."""
+    neg = np.where(visible, -s, -np.inf) if visible is not None else -s
+    o_alt, _ = attend(neg, v)
+    if matches(ctx, o=o_alt):
+        yield Cause("exp:sign", (
+            "the exponent's sign is flipped: the output matches weights exp(m - s) (the smallest score "
+            "weighs most). The softmax weight is exp(s - m) <= 1, with m the row's max."))
+
+
+def output_causes(ctx, s, v, visible=None):
     """Bugs of the last step: 1/l, lse's units and terms."""
     o_ref, lse_ref = ctx.ref["o"], ctx.ref["lse"]
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -153,62 +222,107 @@ def output_causes(ctx, s, v, visible=None) -> str | None:
         row_max = s_vis.max(axis=-1)
         l_row = np.exp(lse_ref - np.where(np.isfinite(row_max), row_max, 0.0))
         if matches(ctx, o=np.where(np.isfinite(lse_ref)[..., None], o_ref * l_row[..., None], 0.0)):
-            return ("o is missing the final division by l: each row is the right answer times its own "
-                    "softmax sum l. Write o = acc · (1/l) once, after the last key tile.")
+            yield Cause("o:no_division", (
+                "o is missing the final division by l: each row is the right answer times its own "
+                "softmax sum l (the output matches that). Write o = acc · (1/l) once, after the last key "
+                "tile."))
+        if np.isfinite(row_max).any() and (row_max[np.isfinite(row_max)] < -80).any():
+            # The running max seeded at 0: exact in float64, but in float32 exp(s - 0) underflows to 0
+            # for s below -103, and a row whose scores all lie there gets l = 0 and o = 0/0.
+            m0 = np.maximum(np.where(np.isfinite(row_max), row_max, 0.0), 0.0).astype(np.float32)
+            e = np.exp((s_vis.astype(np.float32) - m0[..., None])).astype(np.float32)
+            l0 = e.sum(axis=-1, dtype=np.float32)
+            o_alt = (e.astype(np.float64) @ v) / l0[..., None]
+            if matches(ctx, o=o_alt):
+                yield Cause("init:max_zero", (
+                    "the running max starts at 0 instead of -INFINITY (the output matches that in float32): "
+                    "a row whose scores all lie below about -103 then has exp(s - 0) = 0 for every key, "
+                    "l = 0 and o = 0/0. Seed m = -INFINITY, so the first score becomes the max."))
         if matches(ctx, lse=lse_ref / math.log(2.0)):
-            return ("lse is in log2 units (m + log2(l) with m from exp2 scores): multiply by ln(2), "
-                    "lse = (m + log2(l)) · ln 2, to get the natural-log log-sum-exp.")
+            yield Cause("lse:log2", (
+                "lse is in log2 units (the output matches lse / ln 2: m + log2(l) with m from exp2 "
+                "scores): multiply by ln(2), lse = (m + log2(l)) · ln 2, to get the natural-log "
+                "log-sum-exp."))
         if matches(ctx, lse=lse_ref - row_max) or matches(ctx, lse=(lse_ref - row_max) / math.log(2.0)):
-            return "lse is missing the running max: lse = m + log(l), not log(l)."
+            yield Cause("lse:no_max", "lse is missing the running max (the output matches log(l) alone): "
+                                      "lse = m + log(l), not log(l).")
         if matches(ctx, lse=row_max) or matches(ctx, lse=row_max / math.log(2.0)):
-            return "lse holds only the max m: lse = m + log(l)."
-    return None
+            yield Cause("lse:max_only", "lse holds only the max m (the output matches it): lse = m + log(l).")
+        for alt, what in ((row_max + np.log2(l_row), "m + log2(l), with m in natural-log units"),
+                          (row_max + np.log(l_row) * math.log(2.0), "(m + ln(l)) · ln 2, with m in log2 units")):
+            if matches(ctx, lse=alt):
+                yield Cause("lse:l_units", (
+                    f"lse takes log(l) in other units than m (the output matches {what}): with exp2 "
+                    "scores lse = (m + log2(l)) · ln 2, with expf lse = m + log(l)."))
 
 
-def batch_cause(ctx, visible=None) -> str | None:
+BATCH_READS = (("q",), ("k",), ("v",), ("k", "v"), ("q", "k", "v"))
+
+
+def batch_causes(ctx, visible=None):
     """An index that drops the batch offset: every batch entry reads batch 0's q, k or v."""
     if ctx.params.get("B", 1) < 2:
-        return None
-    for names in (("q",), ("k",), ("v",), ("k", "v"), ("q", "k", "v")):
+        return
+    for names in BATCH_READS:
         alt = dict(ctx.inputs)
         for x in names:
             alt[x] = np.broadcast_to(ctx.inputs[x][:1], ctx.inputs[x].shape)
         s, v = scores(alt)
         if matches(ctx, o=attend(s, v, visible)[0]):
             which = " and ".join(names)
-            return (f"every batch entry reads batch 0's {which}: the index of {which} is missing its batch "
-                    f"offset (the b · H · N · d term, b · Hkv · N · d for k and v). Batch entry b = 0 is "
-                    "right, which is why the cases with B = 1 pass.")
-    return None
+            yield Cause(f"index_drop:batch:{''.join(names)}", (
+                f"every batch entry reads batch 0's {which} (the output matches that): the index of "
+                f"{which} is missing its batch offset (the b · H · N · d term, b · Hkv · N · d for k and "
+                "v). Batch entry b = 0 is right, which is why the cases with B = 1 pass."))
 
 
-def setup_causes(ctx, visible=None) -> str | None:
-    """Bugs of the indexing: the batch offset, the kv head of a query head, the scale."""
+def head_causes(ctx, visible=None):
+    """An index that drops the head offset: every head reads head 0's q, or kv head 0's k and v."""
+    if ctx.params.get("H", 1) < 2:
+        return
+    for names in (("q",), ("k", "v")):
+        alt = dict(ctx.inputs)
+        for x in names:
+            alt[x] = np.broadcast_to(ctx.inputs[x][:, :1], ctx.inputs[x].shape)
+        s, v = scores(alt)
+        if matches(ctx, o=attend(s, v, visible)[0]):
+            which = " and ".join(names)
+            yield Cause(f"index_drop:head:{''.join(names)}", (
+                f"every head reads head 0's {which} (the output matches that): the index of {which} is "
+                "missing its head offset (h · N · d, h_kv · N · d for k and v)."))
+
+
+def setup_causes(ctx, visible=None):
+    """Bugs of the indexing: the batch and head offsets, the kv head of a query head, the scale."""
     p = ctx.params
-    cause = batch_cause(ctx, visible)
-    if cause:
-        return cause
+    yield from batch_causes(ctx, visible)
+    yield from head_causes(ctx, visible)
     if p["H"] != p["Hkv"]:
         for name, mapping in (("h % Hkv", lambda h, H, Hkv: h % Hkv), ("h", lambda h, H, Hkv: min(h, Hkv - 1)),
                               ("0", lambda h, H, Hkv: 0)):
             s, v = scores(ctx.inputs, kv_head=mapping)
             if matches(ctx, o=attend(s, v, visible)[0]):
-                return (f"query head h reads the wrong kv head ({name}). With grouped-query attention, "
-                        f"H / Hkv consecutive query heads share one kv head: h_kv = h / (H / Hkv).")
+                yield Cause(f"gqa:{name.replace(' ', '')}", (
+                    f"query head h reads the wrong kv head ({name}; the output matches it). With "
+                    f"grouped-query attention, H / Hkv consecutive query heads share one kv head: "
+                    f"h_kv = h / (H / Hkv)."))
     d, given = p["d"], ctx.inputs["scale"]
-    wrong = [("no scale", 1.0), ("scale applied twice", given ** 2), ("1/d instead of 1/sqrt(d)", 1.0 / d)]
+    wrong = [("scale:none", "no scale", 1.0), ("scale:twice", "scale applied twice", given ** 2),
+             ("scale:1/d", "1/d instead of 1/sqrt(d)", 1.0 / d)]
     if abs(given - 1.0 / math.sqrt(d)) > 1e-6 * given:
-        wrong.insert(0, ("1/sqrt(d) computed in the kernel", 1.0 / math.sqrt(d)))
-    for name, sc in wrong:
+        wrong.insert(0, ("scale:ignored", "", 1.0 / math.sqrt(d)))
+    for cid, name, sc in wrong:
         s, v = scores(ctx.inputs, scale=sc)
         if matches(ctx, o=attend(s, v, visible)[0]):
-            if name.startswith("1/sqrt(d) computed"):
-                return (f"the kernel ignores its scale argument: the output matches scale = 1/sqrt(d) = "
-                        f"{1 / math.sqrt(d):.4g}, but this case passes scale = {given:g}. Use the scale "
-                        "the function receives (1/sqrt(d) is only its usual value).")
-            return (f"the scores use the wrong scale ({name}): s = scale · q·k, with the scale the "
-                    f"function receives (here {given:g}).")
-    return None
+            if cid == "scale:ignored":
+                yield Cause(cid, (
+                    f"the kernel ignores its scale argument: the output matches scale = 1/sqrt(d) = "
+                    f"{1 / math.sqrt(d):.4g}, but this case passes scale = {given:g}. Use the scale the "
+                    "function receives (1/sqrt(d) is only its usual value)."))
+            else:
+                yield Cause(cid, (f"the scores use the wrong scale ({name}; the output matches it): "
+                                  f"s = scale · q·k, with the scale the function receives (here {given:g})."))
+
 
 
 # ---- causal masks (module 03) ----------------------------------------------------------------
@@ -229,67 +343,96 @@ def tile_limits(n_q, n_k, block_m, block_n, row_of_tile):
     return np.minimum(-(-kv_end // block_n) * block_n, n_k)     # whole key tiles
 
 
-def mask_causes(ctx, s, v) -> str | None:
+
+def mask_causes(ctx, s, v):
+    """The causal mask and the causal loop bounds (modules 03, 06)."""
     n_q, n_k = ctx.params["Nq"], ctx.params["Nk"]
     offset = n_k - n_q
     i = np.arange(n_q)
     if n_q != n_k and matches(ctx, *attend(s, v, visible_where(n_q, n_k, i + 1))):
-        return (f"the causal mask is aligned top-left (j <= i). It must be aligned bottom-right: query i "
-                f"sees key j iff j <= i + (Nk - Nq), here i + {offset}. The two agree only when Nq == Nk, "
-                f"which is why the square cases pass.")
+        yield Cause("mask:top_left", (
+            f"the causal mask is aligned top-left (j <= i; the output matches it). It must be aligned "
+            f"bottom-right: query i sees key j iff j <= i + (Nk - Nq), here i + {offset}. The two agree "
+            "only when Nq == Nk, which is why the square cases pass."))
+    flipped = [i - offset + 1] + [np.minimum(i - offset + 1, tile_limits(n_q, n_k, bm, bn, lambda f, last: last))
+                                  for bm in tiles(ctx, "BLOCK_M") for bn in tiles(ctx, "BLOCK_N")]
+    if n_q != n_k and any(matches(ctx, o=attend(s, v, visible_where(n_q, n_k, np.maximum(lim, 0)))[0])
+                          for lim in flipped):
+        # The mask with its offset reversed, inside the key tiles a right loop bound visits.
+        yield Cause("mask:offset_sign", (
+            f"the causal offset has its sign reversed (the output matches j <= i - (Nk - Nq), here "
+            f"i - {offset}): query i sees key j iff j <= i + (Nk - Nq)."))
     if matches(ctx, *attend(s, v, visible_where(n_q, n_k, i + offset))):
-        return ("the diagonal itself is masked: query i must see key i + (Nk - Nq) too. "
-                "The test is j <= i + offset (mask j > i + offset), not j < i + offset.")
+        yield Cause("mask:diagonal_excluded", (
+            "the diagonal itself is masked (the output matches j < i + offset): query i must see key "
+            "i + (Nk - Nq) too. The test is j <= i + offset (mask j > i + offset)."))
     if matches(ctx, o=attend(s, v, visible_where(n_q, n_k, i + offset + 2))[0]):
-        return ("each query sees one key too many: mask j > i + offset, where offset = Nk - Nq "
-                "(key i + offset + 1 is in the future).")
+        yield Cause("mask:one_extra", (
+            "each query sees one key too many (the output matches j <= i + offset + 1): mask "
+            "j > i + offset, where offset = Nk - Nq (key i + offset + 1 is in the future)."))
+    if matches(ctx, *attend(s, v)):
+        yield Cause("mask:missing", "the causal mask is not applied at all: the output matches attention "
+                                    "over every key. Mask s = -INFINITY where j > i + (Nk - Nq).")
     for bm in tiles(ctx, "BLOCK_M"):
         for bn in tiles(ctx, "BLOCK_N"):
             # Whole tiles up to the diagonal, with no per-element test inside the diagonal tiles.
             lim = tile_limits(n_q, n_k, bm, bn, lambda first, last: last)
             if matches(ctx, o=attend(s, v, visible_where(n_q, n_k, lim))[0]):
-                # Name the tile size only where it shaped the replay: a case smaller than the tile
-                # fits any tile size alike, and naming 16 to a kernel with 64-wide tiles misleads.
                 sizes = (f"whole tiles of {bm} queries × {bn} keys" if bm < n_q or bn < n_k
                          else "the diagonal tile")
-                return (f"keys above the diagonal are counted inside the diagonal tiles (the output matches "
-                        f"{sizes}, unmasked). Tiles that straddle the diagonal need the per-element "
-                        f"test: s = -INFINITY where j > i + (Nk - Nq).")
+                yield Cause("mask:diagonal_tiles_unmasked", (
+                    f"keys above the diagonal are counted inside the diagonal tiles (the output matches "
+                    f"{sizes}, unmasked). Tiles that straddle the diagonal need the per-element test: "
+                    f"s = -INFINITY where j > i + (Nk - Nq)."))
             # The loop over key tiles bounded by the first row of the query tile instead of the last.
             lim = np.minimum(i + offset + 1, tile_limits(n_q, n_k, bm, bn, lambda first, last: first))
             if matches(ctx, o=attend(s, v, visible_where(n_q, n_k, np.maximum(lim, 0)))[0]):
-                return (f"the loop over key tiles stops too early (the output matches a loop bounded by the "
-                        f"first row of each query tile{f' of {bm}' if bm < n_q else ''}). The last row of the "
-                        f"query tile sees the most "
-                        f"keys: kv_end = min(Nk, last_row + (Nk - Nq) + 1).")
-            # The loop bound one short: kv_end = last_row + offset, so a tile that starts at the last
-            # row's last key is never run.
+                yield Cause("key_tiles_end:first_row", (
+                    f"the loop over key tiles stops too early (the output matches a loop bounded by the "
+                    f"first row of each query tile{f' of {bm}' if bm < n_q else ''}). The last row of "
+                    "the query tile sees the most keys: kv_end = min(Nk, last_row + (Nk - Nq) + 1)."))
             lim = np.minimum(i + offset + 1, tile_limits(n_q, n_k, bm, bn, lambda first, last: last - 1))
             if matches(ctx, o=attend(s, v, visible_where(n_q, n_k, np.maximum(lim, 0)))[0]):
-                return ("the loop over key tiles stops one key short: kv_end must be one past the last key the "
-                        "tile's last row sees, kv_end = min(Nk, last_row + (Nk - Nq) + 1) (the + 1). Without it, "
-                        "a key tile that starts at that last key never runs.")
-    return None
+                yield Cause("key_tiles_end:-1", (
+                    "the loop over key tiles stops one key short (the output matches kv_end = last_row + "
+                    "(Nk - Nq)): kv_end must be one past the last key the tile's last row sees, kv_end = "
+                    "min(Nk, last_row + (Nk - Nq) + 1). Without the + 1, a key tile that starts at that "
+                    "last key never runs."))
+            # The loop over key tiles one whole tile short of where it should end.
+            lim = np.minimum(i + offset + 1, np.maximum(tile_limits(n_q, n_k, bm, bn, lambda f, last: last) - bn, 0))
+            if matches(ctx, o=attend(s, v, visible_where(n_q, n_k, np.maximum(lim, 0)))[0]):
+                yield Cause("key_tiles_end:-tile", (
+                    f"the loop over key tiles stops one tile early (the output matches a loop that never "
+                    f"runs the tile holding the diagonal, with tiles of {bn} keys): the number of key "
+                    f"tiles a query tile needs is ceil(kv_end / BLOCK_N), kv_end = min(Nk, last_row + "
+                    f"(Nk - Nq) + 1)."))
 
 
-def empty_row_cause(ctx) -> str | None:
-    """Rows with no visible key (Nq > Nk): NaN, or a finite lse where -inf is due."""
+def empty_row_causes(ctx):
+    """Rows with no visible key (Nq > Nk): computed NaN there and everything else right."""
     n_q, n_k = ctx.params["Nq"], ctx.params["Nk"]
     if n_q <= n_k:
-        return None
-    empty = slice(0, n_q - n_k)
+        return
+    cut = n_q - n_k
     o, lse = np.asarray(ctx.out["o"], np.float64), np.asarray(ctx.out["lse"], np.float64)
-    rest_ok = rel(o[..., n_q - n_k:, :], ctx.ref["o"][..., n_q - n_k:, :]) < 1e-3
-    nan_rows = np.isnan(o[..., empty, :]).any() or np.isnan(lse[..., empty]).any()
-    wrong_lse = (lse[..., empty] != -np.inf).any()
-    wrong_o = (o[..., empty, :] != 0).any()
-    if nan_rows or ((wrong_lse or wrong_o) and rest_ok):
-        what = "NaN" if nan_rows else ("a finite lse" if wrong_lse else "a nonzero output")
-        return (f"rows with no visible key give {what}. With Nq > Nk the first Nq - Nk = {n_q - n_k} rows "
-                f"see no key at all: their running max stays -INFINITY, so exponentiate against 0 "
-                f"instead (exp2(-inf - -inf) is NaN), keep l = 0, and write o = 0 and lse = -INFINITY "
-                f"(guard the final 1/l).")
-    return None
+    if any(np.any(getattr(ctx.cmp[n], "unwritten", False)) for n in ("o", "lse")):
+        return                          # the grader's own NaN is not a NaN the kernel computed
+    rest_ok = (rel(o[..., cut:, :], ctx.ref["o"][..., cut:, :]) < MATCH
+               and rel(lse[..., cut:], ctx.ref["lse"][..., cut:]) < MATCH)
+    if not rest_ok:
+        return
+    empty_o, empty_lse = o[..., :cut, :], lse[..., :cut]
+    if np.isnan(empty_o).all(axis=-1).all() or np.isnan(empty_lse).all():
+        yield Cause("empty_rows:nan", (
+            f"the rows with no visible key, and only they, are NaN (Nq > Nk: the first Nq - Nk = {cut} rows "
+            "see no key). Their running max stays -INFINITY: exponentiate against 0 instead "
+            "(exp2(-inf - -inf) is NaN), keep l = 0, and write o = 0 and lse = -INFINITY (guard the final "
+            "1/l)."))
+    elif np.isfinite(empty_lse).all() and (empty_o == 0).all():
+        yield Cause("empty_rows:finite_lse", (
+            f"the rows with no visible key (the first Nq - Nk = {cut}) have a finite lse, and every other "
+            "value is right: a row that sees no key has lse = -INFINITY (l = 0)."))
+
 
 
 # ---- decode (modules 04, 05) -------------------------------------------------------------------
@@ -313,146 +456,187 @@ def close(got, want, tol=1e-3) -> bool:
     return np.linalg.norm(got - want) <= tol * max(np.linalg.norm(want), 1e-12)
 
 
-def decode_diagnose(ctx, kv_cache_fn) -> str | None:
-    """Causes shared by 04 and 05. kv_cache_fn(ctx, lens) -> the contiguous (k, v) [B, Hkv, L, d]
-    holding at least the first lens[b] keys of each sequence, as the kernel can reach them (for 05:
-    the pages gathered through block_table); lens defaults to the context lengths."""
+
+def decode_diagnose(ctx, kv_cache_fn):
+    """Replays and observations shared by 04 and 05. kv_cache_fn(ctx, lens) -> the contiguous (k, v)
+    [B, Hkv, L, d] holding at least the first lens[b] keys of each sequence, as the kernel can reach
+    them (for 05: the pages gathered through block_table); lens defaults to the context lengths."""
     p = ctx.params
     lens = np.asarray(ctx.inputs["context_lens"])
-    o, lse = np.asarray(ctx.out["o"], np.float64), np.asarray(ctx.out["lse"], np.float64)
+    o = np.asarray(ctx.out["o"], np.float64)
     bad = row_errors(ctx)                             # [B, H]
     bad_seq = bad.any(axis=1)
     empty = lens == 0
-    nonfinite = ~np.isfinite(o).all(axis=-1) | np.isnan(lse) | (lse == np.inf)
-
-    # 1. empty contexts: NaN (or anything but 0 / -inf) exactly where context_lens[b] = 0.
-    if empty.any() and bad_seq[empty].any() and not bad_seq[~empty].any():
-        what = "NaN" if nonfinite[empty].any() else "not o = 0 and lse = -inf"
-        return (f"only the sequences with an empty context (context_lens[b] = 0, here b = "
-                f"{np.flatnonzero(empty).tolist()}) are wrong: their output is {what}. A context of length "
-                "0 has no split with a key: the combine must write o = 0 and lse = -INFINITY there, never "
-                "0/0 or -inf - -inf (NaN).")
-
-    # 2. overflow: non-finite output on rows with keys, where the true lse is above float32's exp range
-    # (exp of a score or of a split's lse past 88.7 is inf): nearly every such row must show it.
-    from ..engine.diagnose import overflow_rows
-    rl = ctx.ref["lse"]
-    finite_rows = ~empty[:, None] & np.ones_like(bad)
-    if (nonfinite & finite_rows).any():
-        top = float(np.max(rl[np.isfinite(rl)], initial=-np.inf))
-        if top > 80 and overflow_rows("lse", nonfinite & finite_rows, rl):
-            return (f"overflow: Inf/NaN where the answer is finite, on rows whose lse reaches {top:.0f}. "
-                    "expf(x) is inf in float32 for x > 88.7, so exp(lse_s) of a split overflows. Subtract "
-                    "the max first: in the combine, weights are exp(lse_s - max_s lse_s) (the largest is 1), "
-                    "and in the partial kernel p = exp(s - m) with m the running max.")
-
-    # 3. the scale argument ignored: the output matches 1/sqrt(d) where the case passes another scale.
-    d, given = ctx.inputs["q"].shape[-1], ctx.inputs["scale"]
-    if abs(given - 1.0 / math.sqrt(d)) > 1e-6 * given and (~empty).any():
-        k, v = kv_cache_fn(ctx, lens)
-        alt_o, _ = R.decode_attention(ctx.inputs["q"], k, v, lens, 1.0 / math.sqrt(d))
-        if close(o[~empty], alt_o[~empty]):
-            return (f"the kernel ignores its scale argument: the output matches scale = 1/sqrt(d) = "
-                    f"{1 / math.sqrt(d):.4g}, but this case passes scale = {given:g}. Use the scale the "
-                    "function receives (1/sqrt(d) is only its usual value).")
-
-    # 4. GQA: some query heads read the wrong kv head.
-    H, Hkv = p["H"], p["Hkv"]
-    if H != Hkv and bad.any():
-        k, v = kv_cache_fn(ctx, lens)
-        q, scale = ctx.inputs["q"], ctx.inputs["scale"]
-        group = H // Hkv
-        for b, h in zip(*np.nonzero(bad & ~empty[:, None])):
-            for g in range(Hkv):
-                if g == h // group:
-                    continue
-                alt_o, _ = R.decode_attention(q[b:b + 1, h:h + 1], k[b:b + 1, g:g + 1], v[b:b + 1, g:g + 1],
-                                              lens[b:b + 1], scale)
-                if close(o[b, h], alt_o[0, 0]):
-                    return (f"GQA mapping: query head h = {h} attended to kv head {g}, but it must read kv "
-                            f"head h / (H / Hkv) = {h // group} (H = {H}, Hkv = {Hkv}: consecutive groups of "
-                            f"{group} query heads share one kv head). Check the head index of q, o and lse "
-                            "in a block that serves a kv head's whole group.")
-        if not bad[:, ::group].any():
-            return (f"GQA mapping: only the query heads that are not the first of their group are wrong "
-                    f"(H = {H}, Hkv = {Hkv}). Every one of the H / Hkv = {group} heads of the group "
-                    "must be computed and written, each with its own q.")
-
-    # 5. lse in log2 units, a key too many or too few: replayed on the rows with keys.
     live = ~empty
-    # Sequences without keys replay as themselves (o = 0, lse = -inf), so the whole output compares.
-    if live.any() and not nonfinite[live].any():
+    q, scale = ctx.inputs["q"], ctx.inputs["scale"]
+
+    if empty.any() and bad_seq[empty].any() and not bad_seq[live].any():
+        yield Seen(f"only the sequences with an empty context (context_lens[b] = 0, here b = "
+                   f"{np.flatnonzero(empty).tolist()}) are wrong; the answer there is o = 0 and lse = -inf.")
+
+    def attend_lens(alt_lens, q=q, scale=scale):
+        k, v = kv_cache_fn(ctx, alt_lens)
+        if k.shape[2] < int(np.max(alt_lens, initial=0)):
+            return None
+        return R.decode_attention(q, k, v, alt_lens, scale)
+
+    # The scale argument ignored.
+    d = q.shape[-1]
+    if abs(scale - 1.0 / math.sqrt(d)) > 1e-6 * scale and live.any():
+        alt = attend_lens(lens, scale=1.0 / math.sqrt(d))
+        if alt is not None and matches(ctx, o=alt[0]):
+            yield Cause("scale:ignored", (
+                f"the kernel ignores its scale argument: the output matches scale = 1/sqrt(d) = "
+                f"{1 / math.sqrt(d):.4g}, but this case passes scale = {scale:g}. Use the scale the "
+                "function receives (1/sqrt(d) is only its usual value)."))
+
+    # q read without its batch or head term.
+    for cid, alt_q, what in (("index_drop:batch:q", np.broadcast_to(q[:1], q.shape), "batch entry 0's q"),
+                             ("index_drop:head:q", np.broadcast_to(q[:, :1], q.shape), "head 0's q")):
+        if alt_q.shape[0 if "batch" in cid else 1] < 2:
+            continue
+        alt = attend_lens(lens, q=np.ascontiguousarray(alt_q))
+        if alt is not None and matches(ctx, o=alt[0]):
+            yield Cause(cid, f"every row reads {what} (the output matches that): the index of q is missing "
+                             f"its {'batch (b · H · d)' if 'batch' in cid else 'head (h · d)'} term.")
+
+    # GQA: the query heads read the wrong kv head, all in the same way.
+    H, Hkv = p["H"], p["Hkv"]
+    if H != Hkv and live.any():
+        k, v = kv_cache_fn(ctx, lens)
+        for name, mapping in (("h % Hkv", lambda h: h % Hkv), ("h", lambda h: min(h, Hkv - 1)), ("0", lambda h: 0)):
+            heads = [mapping(h) for h in range(H)]
+            # decode_attention maps query head h to kv head h // (H / Hkv): hand it one kv head per query head.
+            alt = R.decode_attention(q, k[:, heads], v[:, heads], lens, scale)
+            if matches(ctx, o=alt[0]):
+                yield Cause(f"gqa:{name.replace(' ', '')}", (
+                    f"query head h reads the wrong kv head ({name}; the output matches it). H / Hkv "
+                    f"consecutive query heads share one kv head: h_kv = h / (H / Hkv) (here H = {H}, "
+                    f"Hkv = {Hkv})."))
+        group = H // Hkv
+        if bad.any() and not bad[:, ::group].any():
+            yield Seen(f"only the query heads that are not the first of their group are wrong (H = {H}, "
+                       f"Hkv = {Hkv}, groups of {group}).")
+
+    # lse in log2 units, a key too many or too few.
+    if live.any():
         if matches(ctx, lse=ctx.ref["lse"] / math.log(2.0)):
-            return ("lse is in log2 units: the output matches lse / ln 2. A split's partial lse is "
-                    "(m + log2(l)) · ln 2 when m comes from exp2 scores; without the factor ln 2 the "
-                    "combine weighs the splits wrongly and the final lse is off by 1/ln 2.")
-        for delta, what in ((1, "one key too many: key context_lens[b], past the end of the context, "
-                                "is counted (a loop bound or guard with <= where < is due)"),
-                            (-1, "one key too few: the last key of each context, context_lens[b] - 1, "
-                                 "is left out (a bound one short: < end - 1, or <= where < ... is due)")):
-            alt_lens = np.where(live, lens + delta, 0)
-            k, v = kv_cache_fn(ctx, alt_lens)
-            if k.shape[2] < alt_lens.max():
-                continue
-            alt_o, _ = R.decode_attention(ctx.inputs["q"], k, v, alt_lens, ctx.inputs["scale"])
-            if matches(ctx, o=alt_o):
-                return f"each sequence attends to {what}."
+            yield Cause("lse:log2", (
+                "lse is in log2 units: the output matches lse / ln 2. A split's partial lse is "
+                "(m + log2(l)) · ln 2 when m comes from exp2 scores; without the factor ln 2 the "
+                "combine weighs the splits wrongly and the final lse is off by 1/ln 2."))
+        for delta, cid, what in ((1, "keys_end:+1", "one key too many: key context_lens[b], past the end of "
+                                  "the context, is counted (a loop bound or guard with <= where < is due)"),
+                                 (-1, "keys_end:-1", "one key too few: the last key of each context, "
+                                  "context_lens[b] - 1, is left out (a bound one short)")):
+            alt = attend_lens(np.where(live, lens + delta, 0))
+            if alt is not None and matches(ctx, o=alt[0]):
+                yield Cause(cid, f"each sequence attends to {what} (the output matches that).")
 
-    # 6. the weights the kernel applied, where they can be read back (contexts shorter than d).
-    cause = decode_shape_cause(ctx, kv_cache_fn)
-    if cause:
-        return cause
+    yield from split_causes(ctx, kv_cache_fn)
 
-    # 7. the combine with the exponent of its weights flipped, for the split sizes a launch may pick.
-    cause = combine_sign_cause(ctx, kv_cache_fn)
-    if cause:
-        return cause
-
-    # 8. splits and the combine: correct for short contexts, wrong for long ones.
-    if bad_seq[live].any() and (~bad_seq & live).any():
+    if p.get("num_splits", 1) > 1 and bad[live].all():
+        yield Seen(f"every row with keys is wrong in a case that forces {p['num_splits']} splits.")
+    elif bad_seq[live].any() and (~bad_seq & live).any():
         ok_max = int(lens[~bad_seq & live].max())
         bad_min = int(lens[bad_seq & live].min())
-        if bad_min > ok_max and ok_max >= 1:
-            return (f"sequences with a context of at most {ok_max} keys are right, longer ones ({bad_min} "
-                    "keys and up) are wrong" + (": the error starts where a context spans several splits. "
-                    "Check " if p.get("num_splits", 1) > 1 else ". If the launch code splits them, check ")
-                    + "the combine (weights exp(lse_s - lse_max) over exactly the splits that hold keys, "
-                    "divided by their sum) and the split bounds (start = split·chunk, end = "
-                    "min(start + chunk, context_lens[b])); otherwise the loop over a context's keys.")
-    if p.get("num_splits", 1) > 1 and bad[live].all() and not nonfinite.any():
-        return (f"every row is wrong in a case that forces {p['num_splits']} splits: check the combine "
-                "(each split weighted by exp(lse_s - lse_max), divided by the sum of the weights, "
-                "lse = lse_max + log(sum)) and that each split's partial output is normalised by its own l.")
-    return None
+        if bad_min > ok_max:
+            yield Seen(f"sequences with a context of at most {ok_max} keys are right, longer ones "
+                       f"({bad_min} keys and up) are wrong.")
 
 
-def decode_shape_cause(ctx, kv_cache_fn) -> str | None:
-    """The weights the kernel applied, read back from its output (attention/weights.py)."""
-    from . import weights
-    lens = np.asarray(ctx.inputs["context_lens"])
-    k, v = kv_cache_fn(ctx, lens + 1)
-    return weights.cause(weights.decode_rows(ctx, k, v, lens))
-
-
-def combine_sign_cause(ctx, kv_cache_fn) -> str | None:
-    """The combine weighting split s by exp(lse_max - lse_s) instead of exp(lse_s - lse_max)."""
-    lens = np.asarray(ctx.inputs["context_lens"])
-    if not lens.any() or not np.isfinite(ctx.out["o"]).all():
-        return None
-    k, v = kv_cache_fn(ctx, lens)
-    table = ctx.inputs.get("block_table")          # a paged cache's capacity: max_pages · page_size
-    L = np.shape(table)[1] * ctx.inputs["k_pages"].shape[1] if table is not None else k.shape[2]
+def split_sizes(ctx, L: int) -> list[int]:
+    """The split lengths (keys per split) a launch may have picked for a cache of L keys."""
     forced = ctx.params.get("num_splits")
     counts = [forced] if forced else range(2, min(L, 64) + 1)
-    for chunk in sorted({max(1, -(-L // n)) for n in counts}, reverse=True):
-        o_part, lse_part = R.decode_partials(ctx.inputs["q"], k, v, lens, chunk, ctx.inputs["scale"])
-        if not (np.isfinite(lse_part).sum(axis=-1) > 1).any():
-            continue                                   # one split per sequence: nothing to weigh
-        flipped = np.where(np.isfinite(lse_part), -lse_part, -np.inf)
-        o_alt, _ = R.combine_partials(o_part, flipped)
-        if matches(ctx, o=o_alt):
-            return (f"the combine weighs the splits by exp(lse_max - lse_s), the exponent's sign flipped "
-                    f"(the output matches it with splits of {chunk} keys): split s's weight is "
-                    "exp(lse_s - lse_max) <= 1, the largest split weighing 1.")
-    return None
+    return sorted({max(1, -(-L // n)) for n in counts}, reverse=True)
 
+
+def split_causes(ctx, kv_cache_fn):
+    """The combine's exponent sign, its lse without lse_max, and each split's end one key short."""
+    lens = np.asarray(ctx.inputs["context_lens"])
+    if not lens.any():
+        return
+    k, v = kv_cache_fn(ctx, lens)
+    q, scale = ctx.inputs["q"], ctx.inputs["scale"]
+    table = ctx.inputs.get("block_table")          # a paged cache's capacity: max_pages · page_size
+    L = np.shape(table)[1] * ctx.inputs["k_pages"].shape[1] if table is not None else k.shape[2]
+    finite_out = np.isfinite(ctx.out["o"]).all()
+    named = set()
+    for chunk in split_sizes(ctx, L):
+        o_part, lse_part = R.decode_partials(q, k, v, lens, chunk, scale)
+        several = (np.isfinite(lse_part).sum(axis=-1) > 1).any()
+        if several and finite_out and "combine:sign" not in named:
+            flipped = np.where(np.isfinite(lse_part), -lse_part, -np.inf)
+            o_alt, _ = R.combine_partials(o_part, flipped)
+            if matches(ctx, o=o_alt):
+                named.add("combine:sign")
+                yield Cause("combine:sign", (
+                    f"the combine weighs the splits by exp(lse_max - lse_s), the exponent's sign flipped "
+                    f"(the output matches it with splits of {chunk} keys): split s's weight is "
+                    "exp(lse_s - lse_max) <= 1, the largest split weighing 1."))
+        if several and "combine:lse_no_max" not in named:
+            with np.errstate(invalid="ignore"):
+                top = np.max(lse_part, axis=-1)
+            if matches(ctx, lse=np.where(np.isfinite(top), ctx.ref["lse"] - top, -np.inf)):
+                named.add("combine:lse_no_max")
+                yield Cause("combine:lse_no_max", (
+                    f"the combined lse is missing lse_max (the output matches log(sum_s exp(lse_s - "
+                    f"lse_max)) with splits of {chunk} keys): lse = lse_max + log(sum)."))
+        if several and "lse:log2" not in named:
+            o_alt, lse_alt = R.combine_partials(o_part, lse_part / math.log(2.0))
+            if matches(ctx, o=o_alt, lse=lse_alt) or matches(ctx, o=o_alt):
+                named.add("lse:log2")
+                yield Cause("lse:log2", (
+                    f"each split's lse is in log2 units (the output matches the combine of lse_s / ln 2, "
+                    f"with splits of {chunk} keys): a split's lse is (m + log2(l)) · ln 2 when m comes "
+                    "from exp2 scores."))
+        if "keys_end:+1" not in named:
+            o_alt, lse_alt = _phantom_key_per_split(q, k, v, lens, chunk, scale)
+            if matches(ctx, o=o_alt, lse=lse_alt) or matches(ctx, o=o_alt):
+                named.add("keys_end:+1")
+                yield Cause("keys_end:+1", (
+                    f"each split counts one key past its end, with score 0 and value 0 (the output matches "
+                    f"that, with splits of {chunk} keys): the mask is one off, s = -INFINITY where "
+                    "j >= end (not j > end)."))
+        if "split_end:-1" not in named and chunk > 1:
+            # Each split's end one short: key start + chunk - 1 left out (end = min(start + chunk - 1,
+            # len)), and with end = min(start + chunk, len) - 1 also a context's last key.
+            for also_last in (False, True):
+                alt_o = np.zeros_like(ctx.ref["o"])
+                alt_lse = np.full(ctx.ref["lse"].shape, -np.inf)
+                for b in range(len(lens)):
+                    j = np.arange(int(lens[b]))
+                    keep = j[(j % chunk != chunk - 1) & ~(also_last & (j == lens[b] - 1))]
+                    if keep.size:
+                        ob, lb = R.decode_attention(q[b:b + 1], k[b:b + 1, :, keep], v[b:b + 1, :, keep],
+                                                    np.array([keep.size]), scale)
+                        alt_o[b], alt_lse[b] = ob[0], lb[0]
+                if matches(ctx, o=alt_o, lse=alt_lse):
+                    named.add("split_end:-1")
+                    yield Cause("split_end:-1", (
+                        f"each split stops one key short (the output matches splits of {chunk} keys whose "
+                        "last key is left out): a split covers keys start <= j < end with end = "
+                        "min(start + chunk, context_lens[b])."))
+                    break
+
+
+def _phantom_key_per_split(q, k, v, lens, chunk, scale):
+    """Split-KV decode where every split also counts one key past its end whose score and value are 0
+    (a zero-filled load, unmasked)."""
+    B, H, d = np.asarray(q).shape
+    Hkv = k.shape[1]
+    n_splits = max(1, -(-k.shape[2] // chunk))
+    o_part = np.zeros((B, H, n_splits, d))
+    lse_part = np.full((B, H, n_splits), -np.inf)
+    for b in range(B):
+        for sp, (lo, hi) in enumerate(R.split_ranges(int(lens[b]), chunk)):
+            kk = np.concatenate([np.asarray(k[b][:, lo:hi], np.float64), np.zeros((Hkv, 1, d))], axis=1)
+            vv = np.concatenate([np.asarray(v[b][:, lo:hi], np.float64), np.zeros((Hkv, 1, d))], axis=1)
+            heads = [R.kv_head_of(h, H, Hkv) for h in range(H)]
+            sc = scale * np.einsum("hd,hjd->hj", np.asarray(q[b], np.float64), kk[heads])
+            sc[:, -1] = 0.0
+            p, lse = R.masked_softmax(sc[:, None, :])
+            o_part[b, :, sp] = (p[:, 0] [:, :, None] * vv[heads]).sum(axis=1)
+            lse_part[b, :, sp] = lse[:, 0]
+    return R.combine_partials(o_part, lse_part)

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ..spec import Cause, Seen
 from . import references as R
 from . import replays, weights
 
@@ -133,7 +134,7 @@ def _lens_text(ctx, seqs) -> str:
     return ", ".join(f"{b} (n_q = {sp[b][1]}, n_k = {sp[b][3]})" for b in seqs)
 
 
-def boundary_causes(ctx) -> str | None:
+def boundary_causes(ctx):
     """Keys read past the end of the sequence, into the next one; keys found through the wrong
     offsets; the causal diagonal placed by the batch's totals or maxima instead of per sequence."""
     inputs, sp = ctx.inputs, spans(ctx.inputs)
@@ -157,17 +158,18 @@ def boundary_causes(ctx) -> str | None:
             o, lse = attend(inputs, keys=keys, offset=offset)
             if replays.matches(ctx, o=o, lse=lse) or replays.matches(ctx, o=o):
                 crossing = [b for b in range(len(sp)) if keys(b)[1] > sp[b][3] and sp[b][1]]
-                return (f"sequences read keys past their own end, into the next sequence's keys: the output "
+                yield Cause("varlen:keys_past_end", f"sequences read keys past their own end, into the next sequence's keys: the output "
                         f"matches rows that see keys up to {what} instead of n_k = cu_seqlens_k[b + 1] - "
                         f"cu_seqlens_k[b] ({_count(crossing, 'sequence')} {_lens_text(ctx, crossing[:4])}). In the packed layout "
                         f"the next sequence starts right after this one: bound the key loads, the loop and "
                         f"the mask by this sequence's n_k.")
+                return
     # A top-left mask per sequence; with n_q <= n_k it equals keys counted by n_q, so say both then.
     if inputs["causal"] and any(nq != nk for _, nq, _, nk in sp if nq):
         if replays.matches(ctx, *attend(inputs, offset=lambda b: 0)):
             same = replays.rel(attend(inputs, offset=lambda b: 0)[0],
                                attend(inputs, keys=lambda b: (sp[b][2], min(sp[b][1], total_k - sp[b][2])))[0]) < 1e-9
-            return ("the causal mask is aligned top-left in each sequence (j <= i): it must be aligned "
+            yield Cause("mask:top_left", "the causal mask is aligned top-left in each sequence (j <= i): it must be aligned "
                     "bottom-right per sequence, query i sees key j iff j <= i + (n_k - n_q) with that "
                     "sequence's n_q and n_k. They agree only when n_q == n_k, which is why the other "
                     "cases pass." + (" (Counting the keys with n_q instead of n_k gives the same output "
@@ -182,7 +184,7 @@ def boundary_causes(ctx) -> str | None:
         if all(keys(b) == (sp[b][2], sp[b][3]) for b in range(len(sp))):
             continue
         if replays.matches(ctx, *attend(inputs, keys=keys)):
-            return (f"the keys of sequence b are found with {what}: the output matches that. With chunked "
+            yield Cause("varlen:key_offsets", f"the keys of sequence b are found with {what}: the output matches that. With chunked "
                     f"prefill a sequence has n_q != n_k, so its keys have their own offsets: k_begin = "
                     f"cu_seqlens_k[b], n_k = cu_seqlens_k[b + 1] - k_begin.")
     if inputs["causal"]:
@@ -190,19 +192,18 @@ def boundary_causes(ctx) -> str | None:
             if all(off == nk - nq for _, nq, _, nk in sp if nq):
                 continue
             if replays.matches(ctx, *attend(inputs, offset=lambda b, off=off: off)):
-                return (f"the causal diagonal is placed by the whole batch ({what} = {off}), not per sequence: "
+                yield Cause("varlen:batch_offset", f"the causal diagonal is placed by the whole batch ({what} = {off}), not per sequence: "
                         f"query i of sequence b sees its key j iff j <= i + (n_k - n_q) of that sequence.")
     # lse stored token-major [total_q, H] instead of head-major [H, total_q].
     got = np.asarray(ctx.out["lse"], np.float64)
     H = got.shape[0]
     if H > 1 and total_q > 1 and replays.rel(got.reshape(total_q, H), ctx.ref["lse"].T) < replays.MATCH \
             and not ctx.cmp["lse"].passed:
-        return ("lse is stored token-major, lse[t · H + h], but its layout is [H, total_q]: store it at "
+        yield Cause("varlen:lse_layout", "lse is stored token-major, lse[t · H + h], but its layout is [H, total_q]: store it at "
                 "lse[h · total_q + t] with t = q_begin + i.")
-    return None
 
 
-def spill_cause(ctx) -> str | None:
+def spill_cause(ctx):
     """Rows of sequence b + 1 that hold sequence b's rows past its end: a block that did not stop at
     its own sequence's last query and stored into the next sequence's rows."""
     sp = spans(ctx.inputs)
@@ -213,7 +214,7 @@ def spill_cause(ctx) -> str | None:
     total_q = q.shape[0]
     wrong = ~np.isclose(out, ref, rtol=1e-3, atol=1e-4).all(axis=-1)                 # [total_q, H]
     if not wrong.any():
-        return None
+        return
     explained = np.zeros_like(wrong)
     for b, (qb, nq, kb, nk) in enumerate(sp):
         rows = np.arange(qb + nq, total_q)                   # tokens after the sequence's end
@@ -228,14 +229,13 @@ def spill_cause(ctx) -> str | None:
     if explained.sum() >= 0.9 * wrong.sum():
         t = int(np.argwhere(explained)[0][0])
         b = next(b for b, (qb, nq, _, _) in enumerate(sp) if qb <= t < qb + nq)
-        return (f"rows of one sequence were overwritten by the previous sequence's block: o at token {t} "
+        yield Cause("varlen:rows_past_end", f"rows of one sequence were overwritten by the previous sequence's block: o at token {t} "
                 f"(sequence {b}) holds the output of a query past the end of an earlier sequence, computed "
                 f"against that sequence's keys. A block must stop at its own sequence's last query: return "
                 f"when q_start >= n_q, and store only rows i < n_q.")
-    return None
 
 
-def skipped_rows_cause(ctx) -> str | None:
+def skipped_rows_observation(ctx):
     """Rows that see keys but come out as o = 0 and lse = -inf: no key tile ran for them."""
     lse, ref = np.asarray(ctx.out["lse"], np.float64), ctx.ref["lse"]
     o = np.asarray(ctx.out["o"], np.float64)
@@ -243,14 +243,12 @@ def skipped_rows_cause(ctx) -> str | None:
     lost = empty_out & np.isfinite(ref)
     wrong = lost | ~np.isclose(lse, ref, rtol=1e-3, atol=1e-3, equal_nan=False) & np.isfinite(ref)
     if not lost.any() or lost.sum() < 0.9 * wrong.sum():
-        return None
+        return
     h, t = (int(x) for x in np.argwhere(lost)[0])
     b = next(b for b, (qb, nq, _, _) in enumerate(spans(ctx.inputs)) if qb <= t < qb + nq)
     qb, nq, _, nk = spans(ctx.inputs)[b]
-    return (f"rows that see keys come out as o = 0 and lse = -inf, as if they saw none ({int(lost.sum())} "
-            f"such rows; the first is token {t}, row {t - qb} of sequence {b}, n_q = {nq}, n_k = {nk}): no key "
-            f"tile ran for them. Check kv_end, one past the last key the tile's last row sees "
-            f"({'min(n_k, q_last + offset + 1)' if ctx.inputs['causal'] else 'n_k'}), and the loop's condition.")
+    yield Seen(f"rows that see keys come out as o = 0 and lse = -inf, as if they saw none ({int(lost.sum())} "
+               f"such rows; the first is token {t}, row {t - qb} of sequence {b}, n_q = {nq}, n_k = {nk}).")
 
 
 def sequence_context(ctx, b: int):
@@ -270,31 +268,42 @@ def sequence_context(ctx, b: int):
                            config=getattr(ctx, "config", {}), noise=getattr(ctx, "noise", 0.0))
 
 
-def diagnose(ctx) -> str | None:
-    """The packing bugs first (they strike whole sequences), then the prefill bugs of the first wrong
-    sequence, read as a batch of one, then what was observed."""
-    cause = boundary_causes(ctx) or spill_cause(ctx) or skipped_rows_cause(ctx)
-    if cause:
-        return cause
+def diagnose(ctx):
+    """The packing bugs first (they strike whole sequences), then the prefill replays of the wrong
+    sequences, each read as a batch of one (a cause must reproduce every wrong sequence), then what
+    was observed."""
+    yield from boundary_causes(ctx)
+    yield from spill_cause(ctx)
+    yield from skipped_rows_observation(ctx)
     bad = _bad_sequences(ctx)
     if not bad:
-        return None
-    b = bad[0]
-    sub = sequence_context(ctx, b)
+        return
     causal = ctx.inputs["causal"]
-    s, v = replays.scores(sub.inputs)
-    visible = R.causal_mask(sub.params["Nq"], sub.params["Nk"]) if causal else None
-    cause = ((replays.empty_row_cause(sub) if causal else None)
-             or (replays.mask_causes(sub, s, v) if causal else None)
-             or replays.output_causes(sub, s, v, visible) or replays.tile_bug_causes(sub, s, v, visible)
-             or replays.setup_causes(sub, visible) or weights.cause(weights.prefill_rows(sub, s, v, visible)))
-    where = f"in sequence {b} (n_q = {sub.params['Nq']}, n_k = {sub.params['Nk']}; its rows read as a batch of one): "
-    if cause:
-        return where + cause
     good = [x for x, (_, nq, _, _) in enumerate(spans(ctx.inputs)) if nq and x not in bad]
+
+    def replayed(b, right=False):
+        sub = sequence_context(ctx, b)
+        if right:       # does the replay also give this right sequence's (right) output?
+            sub.cmp = {name: SimpleNamespace(passed=False) for name in sub.cmp}
+        s, v = replays.scores(sub.inputs)
+        visible = R.causal_mask(sub.params["Nq"], sub.params["Nk"]) if causal else None
+        found = []
+        if causal:
+            found += list(replays.empty_row_causes(sub)) + list(replays.mask_causes(sub, s, v))
+        found += list(replays.prefill_causes(sub, s, v, visible))
+        return {c.id: c.text for c in found}
+
+    common = None
+    for b in bad[:6]:
+        texts = replayed(b)
+        common = texts if common is None else {k: t for k, t in common.items() if k in texts}
+    for b in good[:4]:
+        if common:
+            texts = replayed(b, right=True)     # a replay that predicts an error here is contradicted
+            common = {k: t for k, t in common.items() if k in texts}
+    for cid, text in (common or {}).items():
+        yield Cause(cid, f"in the wrong sequences ({_lens_text(ctx, bad[:4])}), each read as a batch of one: {text}")
     if good:
-        return (f"{_count(bad, 'sequence')} {_lens_text(ctx, bad[:6])} {'is' if len(bad) == 1 else 'are'} wrong "
-                f"and {_count(good, 'sequence')} {', '.join(map(str, good[:6]))} {'is' if len(good) == 1 else 'are'} "
-                f"right: compare what differs between them (where they start in the packed batch, their "
-                f"lengths, whether another sequence follows).")
-    return None
+        yield Seen(f"{_count(bad, 'sequence')} {_lens_text(ctx, bad[:6])} {'is' if len(bad) == 1 else 'are'} wrong "
+                   f"and {_count(good, 'sequence')} {', '.join(map(str, good[:6]))} "
+                   f"{'is' if len(good) == 1 else 'are'} right.")

@@ -113,51 +113,28 @@ def row_kind(row: Row, tol: float = TOL):
     return weight_kind(row, tol) or kind
 
 
+# Observations only: what the rows show, computed from o and its reference. The weights read back
+# from o (sign, groups of keys, an extra key) are not stated: they can be read wrongly, and the
+# replays (replays.py) name those bugs when they reproduce them.
 MESSAGES = {
-    "row_factor": (
-        "each failing row of {out} is the right answer times its own factor (in {where}: {info:.4g}): "
-        "the weights are right relative to each other but not divided by their own sum. Either the final "
-        "division by l is missing, or l is not the sum of the weights P·V uses: it counts a key that "
-        "P·V does not (a key past the last one or a padded key: a bound or mask one off) or misses "
-        "one, or its terms are not the same exp(s - m) (check the exponent's sign there)."),
-    "column_groups": (
-        "within a row of {out}, groups of columns are the right answer times different factors (in "
-        "{where}: {info[0]} groups{right}): the threads that share a row divided their columns by "
-        "different sums l, or rescaled them by different maxima. A max or sum combined across lanes must "
-        "reach every lane that shares the row: a butterfly of __shfl_xor_sync over all of them, not "
-        "__shfl_down_sync (which leaves the total in the first lane only) nor a butterfly that starts "
-        "at too small an offset."),
-    "groups": (
-        "the keys of a row fall into groups, each weighted right within itself, but the groups are "
-        "weighted against each other wrongly (in {where}: {info} groups): partial results (of threads, "
-        "warps or splits) were merged with the wrong factors. Each part must be rescaled by "
-        "exp(m_part - m) <= 1, with m the row's one final max (check that exponent's sign), and a max "
-        "or sum reduced with shuffles must reach every lane involved (a __shfl_xor_sync butterfly)."),
-    "sign": (
-        "the weights fall as the scores rise (in {where}, the kernel's weight of each key shrinks as "
-        "its score grows): an exponent's sign is flipped. The softmax weight is exp(s - m) <= 1, not "
-        "exp(m - s)."),
-    "softmax_factor": (
-        "each failing row of {out} is the right answer times its own factor (in {where}: {info:.4g}): "
-        "the exponentials are right relative to each other but divided by the wrong sum l. l counts an "
-        "element the row does not have (a loop that reads one past the row's end: a bound with <= "
-        "where < is due) or misses some, or l was not rescaled by exp(m_old - m_new) when the max grew."),
-    "extra_key": (
-        "{out} includes the value row of key {info}, one past the last key the row sees (in {where}): "
-        "a loop bound or a guard goes one key too far (<= where < is due)."),
+    "column_groups": "within a row of {out}, groups of columns are the right answer times different factors "
+                     "(in {where}: {info[0]} groups{right}).",
 }
 
 
-def cause(rows: list[Row], out: str = "o", limit: int = 48, noise: float = 0.0) -> str | None:
-    """The shape most failing rows share, as a sentence; None if there is no clear one. `noise`: the
+def observation(rows: list[Row], out: str = "o", limit: int = 48, noise: float = 0.0):
+    """The shape most failing rows share, as an observation (spec.Seen), or nothing. `noise`: the
     relative rounding error of a correct kernel (low precision), which every comparison allows."""
+    from ..spec import Seen
     tol = max(TOL, 2 * noise)
-    return summarise([(row_kind(row, tol), row.where) for row in rows[:limit]], out)
+    text = summarise([(row_kind(row, tol), row.where) for row in rows[:limit]], out)
+    if text:
+        yield Seen(text)
 
 
 def summarise(kinds: list[tuple], out: str, names: dict | None = None) -> str | None:
-    """kinds: (kind, where) per failing row. The message of the kind at least 3/4 of the rows share
-    (`names` renames a kind's message), or None: a row of no known shape vetoes, never a guess."""
+    """kinds: (kind, where) per failing row. The text of the kind at least 3/4 of the rows share
+    (`names` renames a kind's text), or None: a row of no known shape vetoes, never a guess."""
     if any(k is None for k, _ in kinds):
         return None
     kinds = [(k, where) for k, where in kinds if k[0] not in ("ok", "unidentifiable")]
@@ -217,13 +194,16 @@ def decode_rows(ctx, k, v, lens) -> list[Row]:
     return rows
 
 
-def softmax_rows_cause(ctx, x, y_name: str = "y") -> str | None:
+def softmax_rows_observation(ctx, x, y_name: str = "y"):
     """Module 01: the output is the weights themselves (y = softmax(x) per row)."""
+    from ..spec import Seen
     y, ref = np.asarray(ctx.out[y_name], np.float64), ctx.ref[y_name]
     if not np.isfinite(y).all():
-        return None
+        return
     # An all-zero row is left to the engine's generic checks ("never stored"); rows without a
     # visible element (compare_weights: None) say nothing either.
     kinds = [(compare_weights(y[idx], ref[idx], x[idx]) if y[idx].any() else None, f"{y_name}{list(idx)}")
              for idx in bad_rows(ctx, y_name)]
-    return summarise(kinds, y_name, names={"row_factor": "softmax_factor"})
+    text = summarise(kinds, y_name)
+    if text:
+        yield Seen(text)

@@ -19,6 +19,7 @@ from pathlib import Path
 from ..catalogue import Exercise
 from ..errors import GraderError
 from .runner import CaseResult, select_cases
+from .verdict import settle
 
 # Seconds a case may run, compiling excluded (the child reports when it compiles). The slowest case of
 # any solution takes about 1 s on the CPU emulator (with its race-check reruns) and milliseconds on a
@@ -257,10 +258,42 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
         if not r.params:
             r.params = dict(c.params)
         ordered.append(r)
+    settle(ordered)          # the cause a check states: reproduced on every failing case (verdict.py)
+    crashed = next((r for r in ordered if r.kind == "crash"), None)
+    if crashed is not None and backend == "gpu":
+        crashed.message += cpu_replay(ex, path, seed, crashed, shape)
+    passed = fatal is None and all(r.passed for r in ordered)
+    note = None
+    if passed and backend == "gpu":
+        note = (f"a GPU runs an out-of-bounds read without complaint when it stays inside mapped memory: "
+                f"`grader check {ex.id} --backend cpu` (the emulator checks every access) or `--sanitize` "
+                "(compute-sanitizer) checks that too.")
     return {
-        "id": ex.id, "file": str(path), "backend": backend, "seed": seed,
-        "passed": fatal is None and all(r.passed for r in ordered),
+        "id": ex.id, "file": str(path), "backend": backend, "seed": seed, "note": note,
+        "passed": passed,
         "error": fatal,
         "cases": [r.to_json() for r in ordered],
         "resources": watch.resources,
     }
+
+
+def cpu_replay(ex: Exercise, path: Path, seed: int, crashed: CaseResult, shape: dict | None) -> str:
+    """A case that crashed the GPU, run again at once on the CPU emulator (same inputs), whose fault
+    report names the line, the array, the index and the thread. Empty without a host C++ compiler."""
+    from ..runtimes.cpu.build import find_compiler
+    if find_compiler() is None:
+        return ("\nNo C++ compiler here, so the emulator cannot replay it; on a machine with one, "
+                f"`grader check {ex.id} --backend cpu --seed {seed}` names the line and the array.")
+    try:
+        report = run_check(ex, path, "cpu", seed, cases=None if shape else [crashed.name], shape=shape,
+                           shrink=False)
+    except GraderError as e:
+        return f"\n(The CPU emulator could not replay it: {e})"
+    replay = next((c for c in report["cases"] if c["name"] == crashed.name), None)
+    if replay is None or replay["kind"] == "not_run":
+        return ""
+    if replay["passed"]:
+        return ("\nThe same case passes on the CPU emulator (seed " + str(seed) + "), which checks every access: "
+                "the fault may depend on timing (a race), or on memory only the GPU has.")
+    lines = "\n".join("  " + line for line in replay["message"].splitlines())
+    return f"\nThe same case on the CPU emulator (seed {seed}):\n{lines}"

@@ -60,10 +60,16 @@ def compare(name: str, got, want, rel_tol: float, abs_tol: float) -> Comparison:
     worst_got = float(g[idx]) if idx is not None else 0.0
     worst_want = float(want[idx]) if idx is not None else 0.0
     reasons = []
-    if bad_nonfinite.any():
-        reasons.append(f"{int(bad_nonfinite.sum())} NaN/Inf values where the answer is finite")
-    if inf_mismatch.any():
-        reasons.append(f"{int(inf_mismatch.sum())} values should be -inf (rows that see no key) but are not")
+    # The grader's own NaN in an element the kernel never wrote is not a NaN the kernel computed.
+    if unwritten.any():
+        reasons.append(f"{int(unwritten.sum())} of {unwritten.size} elements never written (they still hold "
+                       "the NaN the grader filled them with)")
+    computed = bad_nonfinite & ~unwritten
+    if computed.any():
+        reasons.append(f"{int(computed.sum())} NaN/Inf values computed where the answer is finite")
+    if (inf_mismatch & ~unwritten).any():
+        reasons.append(f"{int((inf_mismatch & ~unwritten).sum())} values should be -inf (rows that see no "
+                       "key) but are not")
     if rel > rel_tol:
         reasons.append(f"relative error {rel:.3g} > {rel_tol:g}")
     if max_abs > abs_tol:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import re
 import traceback
 import zlib
@@ -17,6 +18,7 @@ from ..runtimes.base import is_poison, register_origin
 from ..spec import Case
 from ..tasks import load_task
 from . import diagnose as dg
+from . import verdict
 from .compare import compare
 
 
@@ -29,8 +31,12 @@ class CaseResult:
     message: str = ""
     params: dict = field(default_factory=dict)
     kind: str = "checked"      # checked | not_implemented | compile_error | error | crash | timeout | not_run
-    shrunk: dict | None = None  # the smallest shape found that still fails: {"params", "message"}
+    shrunk: dict | None = None  # the smallest shape found that still fails: {"params", "message", ...}
     plot: str | None = None     # a PNG of the error, with --plot
+    cause: str | None = None    # the stated cause's id (engine/verdict.py: settle), or None
+    observations: list = field(default_factory=list)   # what the outputs show, in plain words
+    candidates: list = field(default_factory=list)     # [id, text] of every replay that reproduced it
+    searched: bool = True       # the replay search finished (within its time budget)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -279,17 +285,19 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     lines = [f"{c.name}: {c.reason}.", f"worst element: {c.where()}."]
     lines += [f"{o.name}: {o.reason}." for o in failing[1:]]
     try:
-        cause = (task.diagnose(ctx) if hasattr(task, "diagnose") else None) or dg.generic(ctx) or dg.observed(ctx)
+        found = itertools.chain(task.diagnose(ctx) if hasattr(task, "diagnose") else (), dg.observations(ctx))
+        causes, seen, res.searched = verdict.search(found)
     except Exception as e:        # the verdict above stands; the explanation failed, loudly
-        cause, at = None, traceback.extract_tb(e.__traceback__)[-1]
+        causes, seen, at = [], [], traceback.extract_tb(e.__traceback__)[-1]
         lines.append(f"(the grader failed while explaining this error — a bug in the grader, please report "
                      f"it: {type(e).__name__}: {e} at {at.filename}:{at.lineno})")
-    if cause:
-        lines.append(f"likely cause: {cause}")
-    elif getattr(rt, "name", "") == "gpu":
+    res.candidates = [[k.id, k.text] for k in causes]
+    res.observations = list(seen)
+    lines += [f"observed: {text}" for text in seen]
+    if not causes and getattr(rt, "name", "") == "gpu":
         # A GPU runs an out-of-bounds read or a race without complaint; the emulator and
         # compute-sanitizer name them with their line.
-        lines.append("no replayed bug matches this error. On a GPU an out-of-bounds access or a missing "
+        lines.append("no replayed bug reproduces this error. On a GPU an out-of-bounds access or a missing "
                      "__syncthreads() can give wrong numbers silently: `--backend cpu` (the emulator) or "
                      "`--sanitize` (compute-sanitizer) names such a bug and its line.")
     res.message = "\n".join(lines)
@@ -338,22 +346,26 @@ def trim_lens(params: dict) -> dict:
     return out
 
 
-def shrink(ex: Exercise, params: dict, fn, rt, seed: int, path: Path, max_tries=30, budget_s=15.0):
+def shrink(ex: Exercise, params: dict, fn, rt, seed: int, path: Path, max_tries=30, budget_s=15.0,
+           clock=None):
     """Greedy: keep taking the first smaller shape that still fails, until none does.
 
     Returns (params, result) of the smallest failing shape, or None when nothing smaller fails.
     The shrunk case is named "custom", like a case given with --shape, so the replay is exact.
+    `clock` measures the budget; the plugin's leaves out the time spent compiling (a cold kernel
+    cache on a busy machine must not eat the search).
     """
     import time
+    clock = clock or time.monotonic
     task = load_task(ex)
     best, best_result = None, None
     current = dict(params)
-    tries, t0 = 0, time.monotonic()
+    tries, t0 = 0, clock()
     improved = True
-    while improved and tries < max_tries and time.monotonic() - t0 < budget_s:
+    while improved and tries < max_tries and clock() - t0 < budget_s:
         improved = False
         for cand in shrink_candidates(current, task):
-            if tries >= max_tries or time.monotonic() - t0 >= budget_s:
+            if tries >= max_tries or clock() - t0 >= budget_s:
                 break
             tries += 1
             r = run_case(ex, Case("custom", cand), fn, rt, seed, path)

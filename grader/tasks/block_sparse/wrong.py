@@ -11,7 +11,8 @@ WRONG = [
           ),
           expect=('transposed',),
           cases=('empty_rows', 'random_30'),
-          numeric=True),
+          numeric=True,
+          cause='block_mask:transposed'),
     Wrong(EX, 'no_partial_test',
           'partial tiles get no per-element block test (only right when the mask blocks are the tiles)',
           edits=(
@@ -19,7 +20,8 @@ WRONG = [
                '                    if (j >= n_k || (causal && j > i + offset))   // BUG: no block test\n'),
           ),
           expect=('partly kept', 'per-element'),
-          cases=('blocks_32x32', 'blocks_48x80')),
+          cases=('blocks_32x32', 'blocks_48x80'),
+          cause='block_mask:partial_tiles_untested'),
     Wrong(EX, 'tile_coordinates',
           'the mask is indexed with the kernel tile index instead of the mask block',
           edits=(
@@ -29,7 +31,8 @@ WRONG = [
                '        const int bc0 = kv_start / BLOCK_N;   // BUG: tile coordinates\n        const int bc1 = bc0;\n'),
           ),
           expect=('kernel-tile coordinates',),
-          cases=('blocks_32x32',)),
+          cases=('blocks_32x32',),
+          cause='block_mask:tile_coords'),
     Wrong(EX, 'empty_rows_nan',
           'rows whose blocks are all masked are not guarded',
           edits=(
@@ -41,7 +44,8 @@ WRONG = [
                '                lse[(size_t)(b * H + h) * n_q + i] = (m[r] + log2f(l_row)) * M_LN2_F;\n'),
           ),
           expect=('no visible key', 'every block of its mask row is masked'),
-          cases=('empty_rows',)),
+          cases=('empty_rows',),
+          cause='empty_rows:nan'),
     Wrong(EX, 'causal_drops_block_mask',
           'on tiles that straddle the causal diagonal only the causal test is applied',
           edits=(
@@ -49,7 +53,8 @@ WRONG = [
                '|| (partial && !diagonal && mask_i[j / mb_cols] == 0))   // BUG\n'),
           ),
           expect=('diagonal', 'block mask is not applied'),
-          cases=('causal_random_chunk',)),
+          cases=('causal_random_chunk',),
+          cause='block_mask:diagonal_tiles_unmasked'),
     Wrong(EX, 'skip_only_full_rows',
           'the skip decision reads only the first mask block of the tile',
           edits=(

@@ -10,7 +10,8 @@ WRONG = [
                '                    if (j >= n_k || j >= i + offset) s[r][n] = -INFINITY;   // BUG: off by one\n'),
           ),
           expect=('diagonal itself',),
-          cases=('tiny', 'primes',)),
+          cases=('tiny', 'primes',),
+          cause='mask:diagonal_excluded'),
     Wrong(EX, 'empty_rows_nan',
           'rows with no visible key are not guarded',
           edits=(
@@ -22,7 +23,8 @@ WRONG = [
                '                lse[(size_t)(b * H + h) * n_q + i] = (m[r] + log2f(l_row)) * M_LN2_F;\n'),
           ),
           expect=('no visible key',),
-          cases=('more_queries_than_keys',)),
+          cases=('more_queries_than_keys',),
+          cause='empty_rows:nan'),
     Wrong(EX, 'loop_stops_early',
           'the key loop is bounded by the first row of the query tile',
           edits=(
@@ -30,7 +32,8 @@ WRONG = [
                '    const int q_last = q_start;   // BUG: the first row sees the fewest keys\n'),
           ),
           expect=('stops too early',),
-          cases=('queries_past_keys', 'head_dim_128',)),
+          cases=('queries_past_keys', 'head_dim_128',),
+          cause='key_tiles_end:first_row'),
     Wrong(EX, 'no_diagonal_mask',
           'tiles straddling the diagonal get no per-element mask',
           edits=(
@@ -38,7 +41,8 @@ WRONG = [
                '                    if (j >= n_k) s[r][n] = -INFINITY;   // BUG: no causal test\n'),
           ),
           expect=('diagonal', 'per-element',),
-          cases=('tiny', 'chunked_prefill',)),
+          cases=('tiny', 'chunked_prefill',),
+          cause='mask:diagonal_tiles_unmasked'),
     Wrong(EX, 'top_left_mask',
           "the causal mask is aligned top-left (PyTorch's is_causal)",
           edits=(
@@ -47,5 +51,6 @@ WRONG = [
           ),
           expect=('top-left', 'bottom-right',),
           cases=('tiny', 'chunked_prefill',),
-          numeric=True),
+          numeric=True,
+          cause='mask:top_left'),
 ]

@@ -25,7 +25,7 @@ def reference(inputs, p):
     return prefill_reference(inputs)
 
 
-def diagnose(ctx) -> str | None:
+def diagnose(ctx):
     s, v = replays.scores(ctx.inputs)
-    return (replays.output_causes(ctx, s, v) or replays.tile_bug_causes(ctx, s, v)
-            or replays.setup_causes(ctx) or weights.cause(weights.prefill_rows(ctx, s, v)))
+    yield from replays.prefill_causes(ctx, s, v)
+    yield from weights.observation(weights.prefill_rows(ctx, s, v))

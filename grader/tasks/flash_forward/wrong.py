@@ -10,7 +10,8 @@ WRONG = [
                '    const int h_kv = h % H_kv;   // BUG         // GQA: H / H_kv query heads share one kv head\n'),
           ),
           expect=('wrong kv head', 'h / (H / Hkv)',),
-          cases=('gqa_4_to_1',)),
+          cases=('gqa_4_to_1',),
+          cause='gqa:h%Hkv'),
     Wrong(EX, 'lse_in_log2',
           'lse is left in log2 units',
           edits=(
@@ -18,7 +19,8 @@ WRONG = [
                '            if (tx == 0) lse[(size_t)(b * H + h) * n_q + i] = (m[r] + log2f(l_row));   // BUG: log2 units\n'),
           ),
           expect=('log2 units', 'ln(2)',),
-          cases=('tiny', 'primes',)),
+          cases=('tiny', 'primes',),
+          cause='lse:log2'),
     Wrong(EX, 'missing_barrier',
           'no __syncthreads() before the next tile overwrites shared memory',
           edits=(
@@ -35,7 +37,8 @@ WRONG = [
                '        if (false) {      // BUG: the last, partial tile is not masked\n'),
           ),
           expect=('bounds mask', 'past n_k',),
-          cases=('tiny', 'primes',)),
+          cases=('tiny', 'primes',),
+          cause='bounds_mask:missing'),
     Wrong(EX, 'no_final_division',
           'the final 1/l is forgotten',
           edits=(
@@ -43,7 +46,8 @@ WRONG = [
                '            const float inv_l = 1.0f;   // BUG: should be 1 / l_row      // one division per row, not one per key\n'),
           ),
           expect=('final division by l',),
-          cases=('tiny', 'primes',)),
+          cases=('tiny', 'primes',),
+          cause='o:no_division'),
     Wrong(EX, 'no_rescale',
           'the accumulator is not rescaled when the running max grows',
           edits=(
@@ -52,7 +56,8 @@ WRONG = [
           ),
           expect=('not rescaled', 'exp(m_old - m_new)',),
           cases=('long', 'many_key_tiles',),
-          numeric=True),
+          numeric=True,
+          cause='rescale:acc'),
     Wrong(EX, 'ignores_scale',
           'the kernel computes 1/sqrt(d) itself instead of using its scale argument',
           edits=(
@@ -60,5 +65,6 @@ WRONG = [
                '    const float scale_log2 = rsqrtf((float)D) * M_LOG2E_F;   // BUG: ignores the scale argument\n'),
           ),
           expect=('ignores its scale argument',),
-          cases=('custom_scale',)),
+          cases=('custom_scale',),
+          cause='scale:ignored'),
 ]

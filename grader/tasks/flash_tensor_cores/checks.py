@@ -90,7 +90,8 @@ def diagnose(ctx):
     ctx = dataclasses.replace(ctx, inputs=decoded(ctx.inputs, p), noise=lowp.EPS[p["dtype"]] / 2)
     s, v = replays.scores(ctx.inputs)
     visible = R.causal_mask(p["Nq"], p["Nk"]) if p["causal"] else None
-    causal = (replays.empty_row_cause(ctx) or replays.mask_causes(ctx, s, v)) if p["causal"] else None
-    return (causal or replays.output_causes(ctx, s, v, visible) or replays.tile_bug_causes(ctx, s, v, visible)
-            or replays.setup_causes(ctx, visible)
-            or weights.cause(weights.prefill_rows(ctx, s, v, visible), noise=ctx.noise))
+    if p["causal"]:
+        yield from replays.empty_row_causes(ctx)
+        yield from replays.mask_causes(ctx, s, v)
+    yield from replays.prefill_causes(ctx, s, v, visible)
+    yield from weights.observation(weights.prefill_rows(ctx, s, v, visible), noise=ctx.noise)

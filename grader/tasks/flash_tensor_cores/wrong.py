@@ -31,7 +31,8 @@ WRONG = [
                '                        s[mt][nt][e] = exp2f(fmaf(s[mt][nt][e], scale_log2, -m_prev));  // s now holds P\n'),
           ),
           expect=('stale max', 'once the max is final'),
-          cases=('tiny', 'long')),
+          cases=('tiny', 'long'),
+          cause='softmax:stale_max'),
     Wrong(EX, 'acc_not_rescaled',
           'acc keeps its old scale when the running max grows (l is rescaled)',
           edits=(
@@ -40,7 +41,8 @@ WRONG = [
           ),
           expect=('acc is not rescaled',),
           cases=('tile_plus_1', 'long'),
-          numeric=True),
+          numeric=True,
+          cause='rescale:acc'),
     Wrong(EX, 'tile_read_before_wait_group',
           'the loop reads the K/V tile without waiting for its cp.async copies',
           edits=(

@@ -23,7 +23,10 @@ def reference(inputs, p):
 
 def diagnose(ctx):
     # The same replayed bugs as FlashAttention's, minus the tiling: a forgotten 1/l, lse's units,
-    # the GQA head mapping, the scale.
+    # the exponent, the key range, the indexing, the scale.
     s, v = replays.scores(ctx.inputs)
-    return (replays.output_causes(ctx, s, v) or replays.setup_causes(ctx)
-            or weights.cause(weights.prefill_rows(ctx, s, v)))
+    yield from replays.output_causes(ctx, s, v)
+    yield from replays.exponent_causes(ctx, s, v)
+    yield from replays.key_range_causes(ctx, s, v)
+    yield from replays.setup_causes(ctx)
+    yield from weights.observation(weights.prefill_rows(ctx, s, v))

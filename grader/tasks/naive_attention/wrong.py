@@ -13,7 +13,8 @@ WRONG = [
           ),
           expect=('o: relative error', 'wrong kv head', 'h_kv = h / (H / Hkv)',),
           cases=('primes', 'more_queries_than_keys', 'gqa_4_to_1',),
-          numeric=True),
+          numeric=True,
+          cause='gqa:h%Hkv'),
     Wrong(EX, 'missing_bounds_check',
           'scores_kernel has no bounds test',
           edits=(

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...attention import references as R, weights
-from ...spec import F32, Case
+from ...spec import F32, Case, Cause
 
 CASES = [
     Case("one_element", dict(R=1, n=1)),
@@ -108,7 +108,7 @@ def _replayed(x, start, m_kind, l_kind, rescale=(True, True)):
 
 
 def diagnose(ctx):
-    from ...attention.replays import rel
+    from ...attention.replays import matches, rel
     x = np.asarray(ctx.inputs["x"], np.float64)
     wrong = not ctx.cmp["y"].passed
     for start, m_kind, l_kind in ((16, "down", "down"), (16, "down", "xor"), (16, "xor", "down"),
@@ -118,20 +118,33 @@ def diagnose(ctx):
         # reductions are still right, and then they explain nothing.
         if wrong and rel(ctx.out["y"], y_alt) < 1e-3 and rel(y_alt, ctx.ref["y"]) > 1e-2:
             if "down" in (m_kind, l_kind):
-                return ("after the warp reduction only lane 0 holds the row's (m, l) (the output matches a "
-                        "reduction with __shfl_down_sync): a lane whose partner lane + offset is past 31 gets "
-                        "its own value back, so the other lanes end with partial states, and the elements "
-                        "they normalise are wrong. Use __shfl_xor_sync, the butterfly, for m and for l: "
-                        "every lane then ends with the whole row's state.")
-            return (f"the butterfly starts at offset {start} (the output matches it): lanes only combine "
+                yield Cause("reduce:shfl_down", (
+                    "after the warp reduction only lane 0 holds the row's (m, l) (the output matches a "
+                    "reduction with __shfl_down_sync): a lane whose partner lane + offset is past 31 gets "
+                    "its own value back, so the other lanes end with partial states, and the elements "
+                    "they normalise are wrong. Use __shfl_xor_sync, the butterfly, for m and for l: "
+                    "every lane then ends with the whole row's state."))
+            else:
+                yield Cause("reduce:start", (
+                    f"the butterfly starts at offset {start} (the output matches it): lanes only combine "
                     f"within groups of {2 * start}, so each group normalises with its own (m, l). Start at "
-                    "offset 16, half the warp, and halve down to 1.")
-    for rescale, which in (((False, True), "its own sum l"), ((True, False), "the other state's sum l2"),
-                           ((False, False), "either sum")):
+                    "offset 16, half the warp, and halve down to 1."))
+    for rescale, cid, which in (((False, True), "merge:no_rescale_l", "its own sum l"),
+                                ((True, False), "merge:no_rescale_l2", "the other state's sum l2"),
+                                ((False, False), "merge:no_rescale", "either sum")):
         y_alt, _ = _replayed(x, 16, "xor", "xor", rescale)
         if wrong and rel(ctx.out["y"], y_alt) < 1e-3 and rel(y_alt, ctx.ref["y"]) > 1e-2:
-            return (f"merge (TODO 1) does not rescale {which} to the new max (the output matches that "
-                    "merge): each sum was measured against its own max, so l = l · exp(m - m_new) + "
-                    "l2 · exp(m2 - m_new). Rows whose max never moves are still right, which is why some "
-                    "cases pass.")
-    return weights.softmax_rows_cause(ctx, x)
+            yield Cause(cid, (
+                f"merge (TODO 1) does not rescale {which} to the new max (the output matches that "
+                "merge): each sum was measured against its own max, so l = l · exp(m - m_new) + "
+                "l2 · exp(m2 - m_new). Rows whose max never moves are still right, which is why some "
+                "cases pass."))
+    lse_ref = ctx.ref["lse"]
+    with np.errstate(invalid="ignore"):
+        row_max = x.max(axis=-1) if x.shape[-1] else np.full(x.shape[:-1], -np.inf)
+    if matches(ctx, lse=lse_ref / np.log(2.0)):
+        yield Cause("lse:log2", "lse is in log2 units (the output matches lse / ln 2): lse = (m + log2(l)) · "
+                                "ln 2 when m and l come from exp2, or m + log(l) with expf.")
+    if matches(ctx, lse=lse_ref - row_max) or matches(ctx, lse=(lse_ref - row_max) / np.log(2.0)):
+        yield Cause("lse:no_max", "lse is missing the max (the output matches log(l) alone): lse = m + log(l).")
+    yield from weights.softmax_rows_observation(ctx, x)

@@ -30,7 +30,8 @@ WRONG = [
                '    l = l + l2 * expf(m2 - m_new);         // BUG: l was measured against the old max\n'),
           ),
           expect=('merge (TODO 1) does not rescale its own sum l',),
-          cases=('fewer_than_a_warp', 'prime_length',)),
+          cases=('fewer_than_a_warp', 'prime_length',),
+          cause='merge:no_rescale_l'),
     Wrong(EX, 'no_max_subtraction',
           'the merge measures every sum against 0 instead of the running max',
           edits=(

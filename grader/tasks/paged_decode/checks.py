@@ -12,7 +12,7 @@ from ...attention import references as R
 from ...attention import replays
 from ...attention.calls import split_option
 from ...attention.inputs import context_lens, decode_qkv, valid_decode_shape
-from ...spec import F32, Case
+from ...spec import F32, Case, Cause
 
 C = Case
 CASES = [
@@ -29,6 +29,8 @@ CASES = [
     C("many_splits", dict(B=2, H=4, Hkv=2, d=64, lens="300/45", num_splits=8)),
     C("large_logits", dict(B=2, H=4, Hkv=2, d=64, lens="200/3", logit=50.0, num_splits=4)),
     C("lse_near_120", dict(B=2, H=4, Hkv=2, d=64, lens="150/64", shift=120.0, num_splits=4)),
+    # Every score far below zero: a combine (or softmax) whose max is seeded at 0 underflows to 0/0.
+    C("lse_near_minus_150", dict(B=2, H=4, Hkv=2, d=64, lens="150/7", shift=-150.0, num_splits=4)),
     C("long_context", dict(B=1, H=8, Hkv=2, d=128, lens="509")),
     # Not 1/sqrt(d): a kernel that computes its own scale instead of using the argument fails here.
     C("custom_scale", dict(B=2, H=4, Hkv=2, d=64, lens="97/53", scale=0.3)),
@@ -107,20 +109,32 @@ def diagnose(ctx):
     num_pages, ps, Hkv, d = kp.shape
     B, max_pages = bt.shape
     logical = np.tile(np.arange(max_pages, dtype=np.int32), (B, 1))
-    if replays.row_errors(ctx)[lens > 0].any() and not np.array_equal(bt[bt >= 0], logical[bt >= 0]):
-        for table, how in ((logical, "j / page_size"),
-                           (logical + max_pages * np.arange(B, dtype=np.int32)[:, None],
-                            "b · max_pages + j / page_size")):
-            if _matches(ctx, kp, vp, table):
-                return (f"the logical page index is used as the physical page: the kernel reads page "
-                        f"{how}, which is right only when the pages happen to lie in order. Look the page "
-                        "up: page = block_table[b · max_pages + j / page_size] ("
-                        + ("the pages of this case are shuffled)." if p.get("shuffle", True) else
-                           "here the pages lie in order, but only sequence 0's start at page 0)."))
+    if replays.row_errors(ctx)[lens > 0].any():
+        if not np.array_equal(bt[bt >= 0], logical[bt >= 0]):
+            for table, how in ((logical, "j / page_size"),
+                               (logical + max_pages * np.arange(B, dtype=np.int32)[:, None],
+                                "b · max_pages + j / page_size")):
+                if _matches(ctx, kp, vp, table):
+                    yield Cause("page:logical_as_physical", (
+                        f"the logical page index is used as the physical page: the output matches reading "
+                        f"page {how}, which is right only when the pages happen to lie in order. Look the "
+                        "page up: page = block_table[b · max_pages + j / page_size]."))
+        if B > 1 and _matches(ctx, kp, vp, np.broadcast_to(bt[:1], bt.shape).copy()):
+            yield Cause("index_drop:batch:block_table", (
+                "every sequence reads sequence 0's row of the block table (the output matches that): the "
+                "table's index is missing its row term, block_table[b · max_pages + j / page_size]."))
         if Hkv > 1 and ps > 1:
             swap = lambda x: np.ascontiguousarray(x.reshape(num_pages, Hkv, ps, d).transpose(0, 2, 1, 3))
             if _matches(ctx, swap(kp), swap(vp), bt):
-                return ("page layout: the kernel reads a page as [Hkv, page_size, d], but it is "
-                        "[page_size, Hkv, d]: row (page, slot, kv) starts at "
-                        "((page · page_size + slot) · Hkv + kv) · d.")
-    return replays.decode_diagnose(ctx, _gathered)
+                yield Cause("page:layout", (
+                    "the kernel reads a page as [Hkv, page_size, d] (the output matches it), but it is "
+                    "[page_size, Hkv, d]: row (page, slot, kv) starts at ((page · page_size + slot) · Hkv "
+                    "+ kv) · d."))
+        if ps > 1:
+            first = lambda x: np.ascontiguousarray(np.broadcast_to(x[:, :1], x.shape))   # noqa: E731
+            if _matches(ctx, first(kp), first(vp), bt):
+                yield Cause("page:slot_ignored", (
+                    "the slot inside a page is ignored: the output matches every key of a page reading "
+                    "the page's first row. Key j sits at slot j % page_size of page "
+                    "block_table[b · max_pages + j / page_size]."))
+    yield from replays.decode_diagnose(ctx, _gathered)

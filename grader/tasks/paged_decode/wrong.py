@@ -12,7 +12,8 @@ WRONG = [
                '        size_t row = ((size_t)b * H + g * H_kv + kv) * n_splits + split;\n'),
           ),
           expect=('gqa mapping',),
-          cases=('page_size_8_gqa_4',)),
+          cases=('page_size_8_gqa_4',),
+          cause='gqa:h%Hkv'),
     Wrong(EX, 'logical_page_as_physical',
           'the kernel reads logical page j / page_size, never the block table',
           edits=(
@@ -21,7 +22,8 @@ WRONG = [
           ),
           expect=('logical page index', 'block_table',),
           cases=('shuffled_partial_last_page',),
-          numeric=True),
+          numeric=True,
+          cause='page:logical_as_physical'),
     Wrong(EX, 'nan_for_empty_context',
           'the combine divides 0 by 0 for a sequence with context length 0',
           edits=(

@@ -32,6 +32,8 @@ CASES = [
     C("one_key_per_split", dict(B=1, H=2, Hkv=1, d=64, lens="23", num_splits=23)),
     C("large_logits", dict(B=2, H=4, Hkv=2, d=64, lens="200/3", logit=50.0, num_splits=4)),
     C("lse_near_120", dict(B=2, H=4, Hkv=2, d=64, lens="150/64", shift=120.0, num_splits=4)),
+    # Every score far below zero: a combine (or softmax) whose max is seeded at 0 underflows to 0/0.
+    C("lse_near_minus_150", dict(B=2, H=4, Hkv=2, d=64, lens="150/7", shift=-150.0, num_splits=4)),
     C("long_context", dict(B=1, H=8, Hkv=2, d=128, lens="509")),
     # Not 1/sqrt(d): a kernel that computes its own scale instead of using the argument fails here.
     C("custom_scale", dict(B=2, H=4, Hkv=2, d=64, lens="97/53", scale=0.3)),
@@ -63,4 +65,4 @@ def call(fn, rt, inputs, p):
 
 def diagnose(ctx):
     cache = lambda ctx, lens: (ctx.inputs["k_cache"], ctx.inputs["v_cache"])    # noqa: E731
-    return replays.decode_diagnose(ctx, cache)
+    yield from replays.decode_diagnose(ctx, cache)

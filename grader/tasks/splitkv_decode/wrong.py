@@ -31,7 +31,8 @@ WRONG = [
                '        size_t row = ((size_t)b * H + g * H_kv + kv) * n_splits + split;\n'),
           ),
           expect=('gqa mapping', 'kv head',),
-          cases=('gqa_4_to_1',)),
+          cases=('gqa_4_to_1',),
+          cause='gqa:h%Hkv'),
     Wrong(EX, 'nan_for_empty_context',
           'the combine divides 0 by 0 for a sequence with context length 0',
           edits=(
@@ -47,5 +48,6 @@ WRONG = [
                'rt.int32(max_len), rt.int32(d), rt.int32(chunk), rt.float32(LOG2E / d ** 0.5)))  # BUG: ignores scale'),
           ),
           expect=('ignores its scale argument',),
-          cases=('custom_scale',)),
+          cases=('custom_scale',),
+          cause='scale:ignored'),
 ]

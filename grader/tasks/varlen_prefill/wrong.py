@@ -14,7 +14,8 @@ WRONG = [
                'rt.int32(total_q), rt.int32(1 if causal else 0), rt.float32(scale), rt.int32(max_seqlen_k)),\n'),
           ),
           expect=('next sequence',),
-          cases=('lengths_0_and_1', 'one_long_many_short')),
+          cases=('lengths_0_and_1', 'one_long_many_short'),
+          cause='varlen:keys_past_end'),
     Wrong(EX, 'keys_at_query_offsets',
           'the keys are found through cu_seqlens_q (right only when every sequence has n_q = n_k)',
           edits=(
@@ -23,7 +24,8 @@ WRONG = [
           ),
           expect=('cu_seqlens_q', 'k_begin = cu_seqlens_k[b]'),
           cases=('chunked_prefill', 'gqa_4_to_1'),
-          numeric=True),
+          numeric=True,
+          cause='varlen:key_offsets'),
     Wrong(EX, 'lse_token_major',
           'lse is stored token-major, [total_q, H], not [H, total_q]',
           edits=(
@@ -31,7 +33,8 @@ WRONG = [
                '                lse[(size_t)(q_begin + i) * H + h] =   /* BUG: token-major */'),
           ),
           expect=('token-major', '[H, total_q]'),
-          cases=('lengths_0_and_1', 'causal')),
+          cases=('lengths_0_and_1', 'causal'),
+          cause='varlen:lse_layout'),
     Wrong(EX, 'rows_spill_into_next_sequence',
           "blocks do not stop at their sequence's end and store rows past it, over the next sequence's rows",
           edits=(
@@ -50,5 +53,6 @@ WRONG = [
                '    const int offset = 0;   // BUG: top-left\n'),
           ),
           expect=('top-left', 'bottom-right'),
-          cases=('chunked_prefill_causal',)),
+          cases=('chunked_prefill_causal',),
+          cause='mask:top_left'),
 ]

@@ -1,0 +1,56 @@
+"""Corpora of wrong kernels and how the grader's verdict on each is scored.
+
+A verdict on a wrong kernel is one of:
+- `passed`: the check let it through (a missing case);
+- `named`: the stated cause is the bug's own replay id, or, for a bug the emulator's own report
+  names (a race, an out-of-bounds access, a divergent barrier, a bad launch), the first failure is
+  that report and no cause is stated;
+- `silent`: rejected, no cause stated (only observations);
+- `wrong`: a cause was stated that is not the bug's. The worst outcome: never allowed.
+
+The blind corpus (tests/blind/ID/*.py, each with its bug and its replay id in bugs.json) was written
+from the lessons and stubs alone, by someone who had not read the diagnosis code.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+EMULATOR = "emulator"     # the bug is named by the emulator's own fault report, not by a replay
+
+
+def blind_corpus(root: Path) -> list[tuple[str, Path, str | None, str]]:
+    """(exercise id, file, expected cause, the bug in words) for every kernel of tests/blind."""
+    out = []
+    for folder in sorted(p for p in (root / "tests" / "blind").iterdir() if p.is_dir()):
+        bugs = json.loads((folder / "bugs.json").read_text())
+        for name in sorted(bugs):
+            out.append((folder.name, folder / name, bugs[name]["cause"], bugs[name]["bug"]))
+    return out
+
+
+def stated_causes(report: dict) -> set[str]:
+    """Every cause the check stated, on any case or its shrunk shape."""
+    said = set()
+    for c in report["cases"]:
+        if c.get("cause"):
+            said.add(c["cause"])
+        if (c.get("shrunk") or {}).get("cause"):
+            said.add(c["shrunk"]["cause"])
+    return said
+
+
+def score(report: dict, expected: str | None) -> str:
+    """passed | named | silent | wrong (see the module's docstring)."""
+    if report["passed"]:
+        return "passed"
+    said = stated_causes(report)
+    if said - ({expected} if expected and expected != EMULATOR else set()):
+        return "wrong"
+    failing = [c for c in report["cases"] if not c["passed"] and c["kind"] != "not_run"]
+    if expected == EMULATOR:
+        return "named" if failing and failing[0]["kind"] in ("error", "crash") else "silent"
+    checked = [c for c in failing if c["kind"] == "checked"]
+    if expected and checked and checked[0].get("cause") == expected:
+        return "named"
+    return "silent"

@@ -1,0 +1,111 @@
+"""A failing case's verdict: reproduced causes and plain observations, and the cause a check states.
+
+A task's `diagnose(ctx)` yields what it finds on one failing case:
+
+- `Cause(id, text)`: a replay (the reference computation with exactly one bug, attention/replays.py)
+  reproduced the kernel's outputs on this case. `id` is stable (`lse:log2`, `keys_end:-1`,
+  `index_drop:batch:k`, ...): the class report groups by it and the tests compare it with the bug a
+  wrong kernel was written with.
+- `Seen(text)`: an observation, a plain statement of what the outputs show (which outputs, rows or
+  batch entries are wrong or still hold the grader's NaN, the error's pattern). Never worded as a
+  cause.
+
+One case is not enough to state a cause: on a small case several bugs give the same numbers. A check
+states a cause (`likely cause: ...`) only when one replay reproduces the first failing case, its
+shrunk case, and every other failing case whose search finished (`settle`). A cause another failing
+case contradicts is withdrawn; what was observed is still said.
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterable
+
+from ..spec import Cause, Seen
+
+
+LINE = "\nlikely cause: "   # the stated cause's line, always a message's last
+SEVERAL = "\nobserved: several replayed bugs "   # or this one, when no case tells the replays apart
+SEARCH_BUDGET_S = 8.0      # replays per failing case; what is not searched by then does not count
+
+
+def search(items: Iterable, budget_s: float = SEARCH_BUDGET_S) -> tuple[list[Cause], list[str], bool]:
+    """Run a diagnosis generator to its end or its time budget: (causes in order, observations,
+    complete). A replay family yields each id at most once (the first text is kept)."""
+    causes: list[Cause] = []
+    seen: list[str] = []
+    t0 = time.monotonic()
+    it = iter(items)
+    while True:
+        if time.monotonic() - t0 > budget_s:
+            return causes, seen, False
+        try:
+            item = next(it)
+        except StopIteration:
+            return causes, seen, True
+        if item is None:
+            continue
+        if isinstance(item, Cause):
+            if all(c.id != item.id for c in causes):
+                causes.append(item)
+        elif isinstance(item, Seen):
+            if item.text not in seen:
+                seen.append(item.text)
+        else:
+            raise TypeError(f"a diagnosis yielded {item!r}: Cause or Seen expected")
+
+
+def _ids(r: dict | object, key="candidates") -> list[str]:
+    cands = r.get(key) if isinstance(r, dict) else getattr(r, key, None)
+    return [c[0] for c in cands or ()]
+
+
+def settle(results: list) -> None:
+    """Choose the cause the check states (CaseResult objects, in case order), in place.
+
+    The first failing (checked) case proposes its reproduced causes in order; the first one that
+    also reproduces its shrunk case and every other failing case with a finished search is stated,
+    on every failing case it reproduces (`cause`, and a `likely cause:` line). Otherwise no case
+    states one (`cause` null) and the observations stand alone.
+    """
+    failing = [r for r in results if not r.passed and r.kind == "checked"]
+    for r in results:                     # settling again (plain pytest, case by case) starts afresh
+        r.cause = None
+        r.message = r.message.split(LINE, 1)[0].split(SEVERAL, 1)[0]
+        if isinstance(r.shrunk, dict):
+            r.shrunk["cause"] = None
+            r.shrunk["message"] = r.shrunk["message"].split(LINE, 1)[0]
+    if not failing:
+        return
+    first = failing[0]
+    shrunk = first.shrunk if isinstance(first.shrunk, dict) and first.shrunk.get("kind", "checked") == "checked" else None
+
+    def agrees(cid: str) -> bool:
+        for r in failing[1:]:
+            if cid not in _ids(r) and r.searched:
+                return False
+        if shrunk is not None and cid not in _ids(shrunk) and shrunk.get("searched", True):
+            return False
+        return True
+
+    agreed = [c for c in first.candidates or () if agrees(c[0])]
+    if len(agreed) > 1:
+        # Several replays reproduce every failing case alike: no failing case tells them apart, so
+        # naming one would be a guess. Say what was reproduced, as an observation.
+        said = "; ".join(text.split(" (the output")[0].split(": ")[0] for _, text in agreed[:4])
+        first.message = first.message.rstrip("\n") + (
+            f"{SEVERAL}({len(agreed)}) reproduce every failing case equally, and no case tells them "
+            f"apart: {said}.")
+        return
+    if not agreed:
+        return
+    cid = agreed[0][0]
+    for r in failing:
+        texts = dict((c[0], c[1]) for c in r.candidates or ())
+        if cid in texts:
+            r.cause = cid
+            r.message = r.message.rstrip("\n") + f"{LINE}{texts[cid]}"
+    if shrunk is not None:
+        texts = dict((c[0], c[1]) for c in shrunk.get("candidates") or ())
+        if cid in texts:
+            shrunk["cause"] = cid
+            shrunk["message"] = shrunk["message"].rstrip("\n") + f"{LINE}{texts[cid]}"

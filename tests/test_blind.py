@@ -1,0 +1,36 @@
+"""The blind corpus: wrong kernels written from the lessons and stubs alone, by someone who had not
+read the diagnosis code (tests/blind/ID/*.py; bugs.json gives each bug and its replay's cause id).
+
+Every one must be rejected, and no cause may be stated but the bug's own. CI runs every third kernel
+(the whole corpus takes minutes); `python scripts/verdicts.py blind` runs them all and counts how
+many are named.
+"""
+from pathlib import Path
+
+import pytest
+
+from grader import catalogue
+from grader.corpus import blind_corpus, score, stated_causes
+from grader.engine.check import run_check
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = blind_corpus(ROOT)
+
+
+def test_the_corpus_covers_every_module_with_forty_kernels_or_more():
+    assert len(CORPUS) >= 40
+    assert {ex for ex, *_ in CORPUS} == set(catalogue.IDS)
+    for ex, path, cause, bug in CORPUS:
+        text = path.read_text()
+        assert text.startswith("# BLIND:"), path
+        assert bug and (cause is None or isinstance(cause, str))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("item", CORPUS[::3], ids=[f"{ex[:2]}/{p.stem}" for ex, p, *_ in CORPUS[::3]])
+def test_blind_kernel_is_rejected_and_never_named_wrong(item):
+    ex, path, expected, bug = item
+    report = run_check(catalogue.resolve(ex), path, "cpu", seed=7)
+    verdict = score(report, expected)
+    assert verdict != "passed", f"{path.name} passed, but it is wrong: {bug}"
+    assert verdict != "wrong", f"{path.name}: stated {stated_causes(report)}, the bug is {expected}: {bug}"
