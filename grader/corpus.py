@@ -54,3 +54,8 @@ def score(report: dict, expected: str | None) -> str:
     if expected and checked and checked[0].get("cause") == expected:
         return "named"
     return "silent"
+
+
+def first_failure_kind(report: dict) -> str | None:
+    failing = [c for c in report["cases"] if not c["passed"] and c["kind"] != "not_run"]
+    return failing[0]["kind"] if failing else None

@@ -10,6 +10,7 @@ import pytest
 from grader.attention import backward
 from grader.attention import references as R
 from grader.spec import F32
+from markers import verdict
 
 
 def inputs(**p):
@@ -59,27 +60,27 @@ def ctx_for(x, dq, dk, dv):
     return SimpleNamespace(params={}, inputs=x, ref=ref, out=out, cmp=cmp, config={"BLOCK_N": 64}, noise=0.0)
 
 
-@pytest.mark.parametrize("bug, words", [
-    (dict(delta=lambda p, dp, do, o, b, h: np.zeros(p.shape[0])), "D is missing"),
-    (dict(delta=lambda p, dp, do, o, b, h: dp.sum(axis=-1)), "plain row sum of dP"),
-    (dict(probs=backward._exp_with(lambda s, lse: 0.0 * s)), "without lse"),
-    (dict(heads=lambda g, n: [g * n]), "only the first query head"),
+@pytest.mark.parametrize("bug, cid", [
+    (dict(delta=lambda p, dp, do, o, b, h: np.zeros(p.shape[0])), "D:missing"),
+    (dict(delta=lambda p, dp, do, o, b, h: dp.sum(axis=-1)), "D:plain_rowsum"),
+    (dict(probs=backward._exp_with(lambda s, lse: 0.0 * s)), "P:no_lse"),
+    (dict(heads=lambda g, n: [g * n]), "gqa:not_summed"),
     (dict(dq_scale=2.0), None),                                   # not a replay: observed, dQ alone
 ])
-def test_replayed_bugs_are_named(bug, words):
+def test_replayed_bugs_are_named(bug, cid):
     x = inputs(causal=True)
     dq, dk, dv = backward.gradients(x, **bug)
-    msg = backward.diagnose(ctx_for(x, dq, dk, dv))
-    if words:
-        assert words in msg
+    ids, text = verdict(backward.diagnose(ctx_for(x, dq, dk, dv)))
+    if cid:
+        assert ids[:1] == [cid], text
     else:
-        assert msg.startswith("dK and dV are right and dQ is wrong")
+        assert ids == [] and "dK and dV are right; dQ is wrong" in text, text
 
 
 def test_the_right_gradients_name_nothing_and_pass_their_tolerance():
     x = inputs(causal=True)
     ref = backward.reference(x)
-    assert backward.diagnose(ctx_for(x, ref["dq"], ref["dk"], ref["dv"])) is None
+    assert verdict(backward.diagnose(ctx_for(x, ref["dq"], ref["dk"], ref["dv"]))) == ([], "")
 
 
 def test_the_tolerance_widens_only_where_a_gradient_cancels():
@@ -97,5 +98,5 @@ def test_a_reduction_of_d_that_misses_lanes_is_named():
     x = inputs(d=64, causal=True)
     part = (np.arange(64) % 32) < 8
     dq, dk, dv = backward.gradients(x, delta=lambda p, dp, do, o, b, h: (do * o)[:, part].sum(axis=-1))
-    msg = backward.diagnose(ctx_for(x, dq, dk, dv))
-    assert "D sums only part of its row" in msg and "lanes 0 .. 7" in msg
+    ids, text = verdict(backward.diagnose(ctx_for(x, dq, dk, dv)))
+    assert ids == ["D:partial_lanes"] and "lanes 0 .. 7" in text, text

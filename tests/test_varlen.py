@@ -10,6 +10,7 @@ from grader.attention import references as R
 from grader.attention import varlen
 from grader.errors import GraderError
 from grader.tasks.varlen_prefill import checks
+from markers import verdict
 
 
 def batch(**p):
@@ -56,36 +57,39 @@ def test_keys_read_past_the_sequence_end_are_named_as_crossing_into_the_next_seq
     p, x = batch()
     sp = varlen.spans(x)
     o, lse = varlen.attend(x, keys=lambda b: (sp[b][2], min(int(x["max_seqlen_k"]), x["k"].shape[0] - sp[b][2])))
-    msg = varlen.diagnose(ctx_for(p, x, o, lse))
-    assert "next sequence" in msg and "max_seqlen_k" in msg
+    ids, text = verdict(varlen.diagnose(ctx_for(p, x, o, lse)))
+    assert ids == ["varlen:keys_past_end"] and "next sequence" in text and "max_seqlen_k" in text
 
 
 def test_keys_at_the_query_offsets_and_lse_token_major_are_named():
     p, x = batch(lens="9/4/1/30", lens_k="20/3/1/30")
     sp = varlen.spans(x)
     o, lse = varlen.attend(x, keys=lambda b: (sp[b][0], sp[b][3]))
-    assert "cu_seqlens_q" in varlen.diagnose(ctx_for(p, x, o, lse))
+    ids, text = verdict(varlen.diagnose(ctx_for(p, x, o, lse)))
+    assert ids == ["varlen:key_offsets"] and "cu_seqlens_q" in text
     ref = varlen.reference(x)
     wrong_lse = np.ascontiguousarray(ref["lse"].T).reshape(ref["lse"].shape)
-    assert "token-major" in varlen.diagnose(ctx_for(p, x, ref["o"], wrong_lse))
+    ids, text = verdict(varlen.diagnose(ctx_for(p, x, ref["o"], wrong_lse)))
+    assert ids == ["varlen:lse_layout"] and "token-major" in text
 
 
-def test_a_bug_inside_one_sequence_is_read_as_a_batch_of_one():
+def test_the_wrong_sequences_are_replayed_as_batches_of_one_and_the_right_ones_contradict():
     p, x = batch(causal=True)
     ref = varlen.reference(x)
-    o = ref["o"].copy()
+    ids, text = verdict(varlen.diagnose(ctx_for(p, x, ref["o"], ref["lse"] / np.log(2.0))))
+    assert ids == ["lse:log2"] and "each read as a batch of one" in text, text
+    # The same bug in one sequence only: the right ones, replayed, would be wrong too, so it is no cause.
     qb, nq, _, _ = varlen.spans(x)[3]
-    lse_rows = ref["lse"][:, qb:qb + nq]
-    msg = varlen.diagnose(ctx_for(p, x, o, np.concatenate(
-        [ref["lse"][:, :qb], lse_rows / np.log(2.0), ref["lse"][:, qb + nq:]], axis=1)))
-    assert msg.startswith("in sequence 0") or msg.startswith("in sequence 3")
-    assert "log2" in msg
+    lse = ref["lse"].copy()
+    lse[:, qb:qb + nq] /= np.log(2.0)
+    ids, text = verdict(varlen.diagnose(ctx_for(p, x, ref["o"], lse)))
+    assert ids == [] and "sequence 3 (n_q = 30, n_k = 30) is wrong and sequences 0, 2 are right" in text
 
 
 def test_a_right_answer_names_nothing():
     p, x = batch(causal=True)
     ref = varlen.reference(x)
-    assert varlen.diagnose(ctx_for(p, x, ref["o"], ref["lse"])) is None
+    assert verdict(varlen.diagnose(ctx_for(p, x, ref["o"], ref["lse"]))) == ([], "")
 
 
 def test_broken_offsets_must_be_refused_before_any_launch(rt):

@@ -280,6 +280,8 @@ def diagnose(ctx):
         return
     causal = ctx.inputs["causal"]
     good = [x for x, (_, nq, _, _) in enumerate(spans(ctx.inputs)) if nq and x not in bad]
+    # Right sequences that can contradict a replay: a row or a key alone fits too many bugs alike.
+    telling = [x for x in good if spans(ctx.inputs)[x][1] >= 2 and spans(ctx.inputs)[x][3] >= 2]
 
     def replayed(b, right=False):
         sub = sequence_context(ctx, b)
@@ -297,7 +299,7 @@ def diagnose(ctx):
     for b in bad[:6]:
         texts = replayed(b)
         common = texts if common is None else {k: t for k, t in common.items() if k in texts}
-    for b in good[:4]:
+    for b in telling[:4]:
         if common:
             texts = replayed(b, right=True)     # a replay that predicts an error here is contradicted
             common = {k: t for k, t in common.items() if k in texts}

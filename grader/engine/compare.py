@@ -66,7 +66,8 @@ def compare(name: str, got, want, rel_tol: float, abs_tol: float) -> Comparison:
                        "the NaN the grader filled them with)")
     computed = bad_nonfinite & ~unwritten
     if computed.any():
-        reasons.append(f"{int(computed.sum())} NaN/Inf values computed where the answer is finite")
+        n = int(computed.sum())
+        reasons.append(f"{n} NaN/Inf value{'s' if n != 1 else ''} computed where the answer is finite")
     if (inf_mismatch & ~unwritten).any():
         reasons.append(f"{int((inf_mismatch & ~unwritten).sum())} values should be -inf (rows that see no "
                        "key) but are not")

@@ -80,13 +80,15 @@ def observations(ctx: Context):
             rows = _rows(computed & ~np.isfinite(got)) if got.ndim >= 2 else None
             whole = ""
             if rows is not None and rows.any() and not _rows(np.isfinite(got) & np.isfinite(want))[rows].any():
-                whole = f", {int(rows.sum())} whole rows of {rows.size}"
+                whole = (", filling every row" if rows.all() else
+                         f", filling {int(rows.sum())} of its {rows.size} rows entirely")
                 keyless = (np.isneginf(np.asarray(lse_ref)).reshape(-1)
                            if lse_ref is not None and name != "lse" and np.size(lse_ref) == rows.size
                            else np.zeros(rows.size, bool))
                 if (rows & keyless).any():
                     whole += " (among them rows that see no key)"
-            yield Seen(f"the kernel computed {what} in {int(computed.sum())} elements of {name} where the answer "
+            n = int(computed.sum())
+            yield Seen(f"the kernel computed {what} in {n} element{'s' if n != 1 else ''} of {name} where the answer "
                        f"is finite{whole}, first at {name}{list(first)}{where}.")
         if got.size > 1 and np.isfinite(got).all() and not np.any(got) and np.any(want):
             yield Seen(f"{name} is all zeros: every element was written, each with 0.")

@@ -41,4 +41,12 @@ WRONG = [
           expect=('out-of-bounds read', 'k_pages',),
           cases=('page_size_8_gqa_4',),
           backends=("cpu",)),
+    Wrong(EX, 'block_table_row_stride_in_keys',
+          'the block table row is strided by max_pages · page_size: rows b >= 1 read past the table',
+          edits=(
+              ('    int page = block_table[(size_t)b * max_pages + j / page_size];\n',
+               '    int page = block_table[(size_t)b * max_pages * page_size + j / page_size];   // BUG: a row has max_pages entries\n'),
+          ),
+          expect=('block_table',),
+          cases=('pages_in_order',)),
 ]
