@@ -40,18 +40,26 @@ def stated_causes(report: dict) -> set[str]:
     return said
 
 
-def score(report: dict, expected: str | None) -> str:
-    """passed | named | silent | wrong (see the module's docstring)."""
+def _is(cid: str | None, expected: tuple[str, ...]) -> bool:
+    """Is this cause id one of the expected ones (an entry ending in ':' is a whole family)?"""
+    return bool(cid) and any(cid == e or (e.endswith(":") and cid.startswith(e))
+                             for e in expected if e != EMULATOR)
+
+
+def score(report: dict, expected: str | tuple[str, ...] | None) -> str:
+    """passed | named | silent | wrong (see the module's docstring). `expected`: the bug's replay
+    id, or several ids and families (a mutation operator's), EMULATOR among them where the emulator's
+    own fault report names the bug."""
     if report["passed"]:
         return "passed"
-    said = stated_causes(report)
-    if said - ({expected} if expected and expected != EMULATOR else set()):
+    expected = (expected,) if isinstance(expected, str) else tuple(expected or ())
+    if any(not _is(cid, expected) for cid in stated_causes(report)):
         return "wrong"
     failing = [c for c in report["cases"] if not c["passed"] and c["kind"] != "not_run"]
-    if expected == EMULATOR:
-        return "named" if failing and failing[0]["kind"] in ("error", "crash") else "silent"
     checked = [c for c in failing if c["kind"] == "checked"]
-    if expected and checked and checked[0].get("cause") == expected:
+    if EMULATOR in expected and failing and failing[0]["kind"] in ("error", "crash"):
+        return "named"
+    if checked and _is(checked[0].get("cause"), expected):
         return "named"
     return "silent"
 

@@ -3,8 +3,10 @@
 The curated wrong versions (grader/tasks/*/wrong.py) are bugs someone thought of; mutants are the
 classes of bug students make, applied everywhere they can be: an off-by-one in a bound or a guard, a
 dropped __syncthreads, the wrong shuffle intrinsic or offset, an index term dropped, the sign of an
-exponent flipped, log2 units where natural ones are due. Each operator knows which words a first
-message must contain to have named its cause.
+exponent flipped, log2 units where natural ones are due. Each operator lists the replay ids of its
+bug (grader/attention/replays.py and the tasks' checks): a mutant is named only when the cause its
+check states is one of them, or, for the bugs the emulator reports itself (a race, an access out of
+bounds), when that report is its first failure (grader/corpus.py's score).
 
     python scripts/mutate.py [IDS...] [--max-per-op N]     the full report (see that script)
 
@@ -16,6 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from .corpus import EMULATOR, score
 from .stubs import BEGIN, END
 
 
@@ -25,7 +28,7 @@ class Operator:
     cause: str                                   # the bug, in words
     pattern: re.Pattern
     replace: Callable[[re.Match], str]
-    names_cause: tuple[str, ...]                 # a first message naming the cause contains one of these
+    causes: tuple[str, ...]                      # the replay ids of this operator's bug ("x:" a family)
     line_filter: Callable[[str], bool] = lambda line: True
 
 
@@ -34,33 +37,33 @@ def _sub(text: str) -> Callable[[re.Match], str]:
 
 
 _GUARD = lambda line: bool(re.search(r"\b(if|for|while)\b|\?", line))   # noqa: E731
-# Words that name the cause, not merely a symptom; "past"/"last"/"partial" alone appear in generic advice.
-_BOUNDS_WORDS = ("bound", "out-of-bounds", "out of bounds", "past n_k", "past the end", "never written",
-                 "one too many", "diagonal itself", "loop that never ends", "guard the")
+# A bound or guard moved by one: the replays of a loop's start or end, a mask's edge, or the
+# emulator's own out-of-bounds report.
+_BOUNDS = (EMULATOR, "keys_end:", "keys_start:", "key_tiles_end:", "split_end:", "bounds_mask:",
+           "mask:diagonal_excluded", "mask:one_extra", "varlen:rows_past_end", "varlen:keys_past_end")
+_LANES = (EMULATOR, "reduce:", "D:partial_lanes")
 
 OPERATORS = (
     Operator("bound_lt_to_le", "an off-by-one in a bound or guard (< became <=)",
-             re.compile(r"(?<=\s)<(?=\s)"), _sub("<="), _BOUNDS_WORDS, _GUARD),
+             re.compile(r"(?<=\s)<(?=\s)"), _sub("<="), _BOUNDS, _GUARD),
     Operator("bound_ge_to_gt", "an off-by-one in a bound or guard (>= became >)",
-             re.compile(r"(?<=\s)>=(?=\s)"), _sub(">"), _BOUNDS_WORDS, _GUARD),
+             re.compile(r"(?<=\s)>=(?=\s)"), _sub(">"), _BOUNDS, _GUARD),
     Operator("bound_gt_to_ge", "an off-by-one in a bound or guard (> became >=)",
-             re.compile(r"(?<=\s)>(?=\s)"), _sub(">="), _BOUNDS_WORDS, _GUARD),
+             re.compile(r"(?<=\s)>(?=\s)"), _sub(">="), _BOUNDS, _GUARD),
     Operator("drop_syncthreads", "a __syncthreads() left out",
-             re.compile(r"__syncthreads\(\);"), _sub("/* dropped */;"), ("race", "__syncthreads", "barrier")),
+             re.compile(r"__syncthreads\(\);"), _sub("/* dropped */;"), (EMULATOR,)),
     Operator("shfl_xor_to_down", "__shfl_down_sync where a butterfly needs __shfl_xor_sync",
-             re.compile(r"__shfl_xor_sync"), _sub("__shfl_down_sync"),
-             ("shuffle", "lanes", "butterfly", "__shfl")),
+             re.compile(r"__shfl_xor_sync"), _sub("__shfl_down_sync"), _LANES),
     Operator("shfl_offset_half", "a butterfly that starts at half the right offset",
-             re.compile(r"(\b(?:offset|stride)\s*=\s*)(16|COLS\s*/\s*2)\b"), _sub(r"\1(\2) / 2"),
-             ("shuffle", "lanes", "butterfly", "__shfl")),
+             re.compile(r"(\b(?:offset|stride)\s*=\s*)(16|COLS\s*/\s*2)\b"), _sub(r"\1(\2) / 2"), _LANES),
     Operator("drop_batch_term", "the batch offset dropped from an index",
              re.compile(r"\(?\s*\b(?:b|batch)\s*\*\s*(\w+)\s*\+\s*"), _sub("("),
-             ("batch", "b > 0", "b >= 1", "sequence")),
+             (EMULATOR, "index_drop:batch:", "varlen:batch_offset")),
     Operator("flip_exponent_sign", "the sign of an exponent flipped",
              re.compile(r"\b(exp2?f)\((\w+(?:\[\w+\])*) - (\w+(?:\[\w+\])*)\)"), _sub(r"\1(\3 - \2)"),
-             ("sign", "exponent", "overflow", "rescale")),
+             ("exp:sign", "combine:sign", "merge:sign:")),
     Operator("ln2_dropped", "lse left in log2 units (the factor ln 2 dropped)",
-             re.compile(r"\s*\*\s*M_LN2_F"), _sub(""), ("log2", "ln 2", "ln(2)", "units")),
+             re.compile(r"\s*\*\s*M_LN2_F"), _sub(""), ("lse:log2", "lse:l_units", "P:lse_units")),
 )
 
 
@@ -82,9 +85,6 @@ class Mutant:
         lines[self.line - 1] = self.after
         return "".join(lines)
 
-    def names_cause(self, message: str) -> bool:
-        low = message.lower()
-        return any(w.lower() in low for w in self.op.names_cause)
 
 
 def _student_lines(solution: str):
@@ -129,10 +129,11 @@ class Verdict:
     first_case: str = ""
     changes_output: bool = True       # False: the mutant computes exactly what the solution does
     contradictions: tuple = ()        # claims of its messages that its own cases refute
+    score: str = "passed"             # corpus.score against the operator's replay ids
 
     @property
     def named(self) -> bool:
-        return self.rejected and self.mutant.names_cause(self.first_message)
+        return self.score == "named"
 
 
 def quick_cases(ex) -> list[str]:
@@ -186,16 +187,18 @@ def run_mutant(m: Mutant, folder, seed: int = 7, case_timeout: float = 20.0) -> 
     first = failing[0] if failing else {"message": report.get("error") or "", "name": "-"}
     from .engine.consistency import file_config, report_contradictions
     found = tuple(report_contradictions(ex, report, seed, file_config(ex, path)))
-    return Verdict(m, True, first["message"], first["name"], contradictions=found)
+    return Verdict(m, True, first["message"], first["name"], contradictions=found,
+                   score=score(report, m.op.causes))
 
 
 def summarise(verdicts: list[Verdict]) -> dict:
-    """Per module: mutants that change the output, the share rejected, the share of those whose first
-    message names the cause; and the mutants that change no output (listed, not counted)."""
+    """Per module: mutants that change the output, the share rejected, the share whose stated cause is
+    the operator's own replay (named), the rejected ones with no cause (silent) and those with
+    another bug's cause (wrong); and the mutants that change no output (listed, not counted)."""
     out: dict = {}
     for v in verdicts:
         row = out.setdefault(v.mutant.exercise, {"mutants": 0, "equivalent": [], "rejected": 0, "named": 0,
-                                                  "escaped": [], "misnamed": []})
+                                                  "escaped": [], "silent": [], "wrong": []})
         if not v.changes_output:
             row["equivalent"].append(v.mutant.id)
             continue
@@ -205,7 +208,7 @@ def summarise(verdicts: list[Verdict]) -> dict:
             if v.named:
                 row["named"] += 1
             else:
-                row["misnamed"].append(v.mutant.id)
+                row[v.score].append(v.mutant.id)
         else:
             row["escaped"].append(v.mutant.id)
     return out

@@ -183,6 +183,11 @@ class CheckRun:
             from .engine.verdict import settle
             settle(self.results)
         self.emit(event="result", result=result.to_json())
+        if self.events is not None and len(self.results) == len(self.cases):
+            # The last case: the passing ones say which replays they refute; the parent settles.
+            from .engine.verdict import refute
+            for r in refute(self.results):
+                self.emit(event="refuted", case=r.name, ids=r.refuted)
         resources = getattr(rt, "resources", None)
         if resources:
             self.emit(event="resources", resources={k: dict(v) for k, v in resources.items()})

@@ -1,6 +1,6 @@
 """The mutation harness, sized for CI: a fixed sample of the mutants derived from every solution must
-be rejected on the CPU (scripts/mutate.py runs all of them and reports how many messages name the
-cause)."""
+be rejected on the CPU and none may state another bug's cause (scripts/mutate.py runs all of them
+and reports how many are named by their own replay)."""
 import pytest
 
 from grader import catalogue, paths
@@ -30,6 +30,8 @@ def test_a_sample_of_mutants_is_rejected(tmp_path):
     verdicts = [run_mutant(m, tmp_path) for m in sample]
     escaped = [v.mutant.id + ": " + v.mutant.after.strip() for v in verdicts if v.changes_output and not v.rejected]
     assert not escaped, "mutants that change the output but pass every case:\n" + "\n".join(escaped)
+    wrong = [f"{v.mutant.id}: {v.mutant.after.strip()}\n{v.first_message}" for v in verdicts if v.score == "wrong"]
+    assert not wrong, "mutants whose check states another bug's cause:\n" + "\n".join(wrong)
     contradicted = [f"{v.mutant.id}: {c}" for v in verdicts for c in v.contradictions]
     assert not contradicted, "explanations that contradict their own case:\n" + "\n".join(contradicted)
     table = summarise(verdicts)

@@ -319,7 +319,7 @@ def mask_causes(ctx, s, v):
 
     def hit(vis):
         # o only: a case of one query row has one lse per head, a constant that names no replay.
-        return not np.array_equal(vis, truth) and matches(ctx, o=attend(s, v, vis)[0])
+        return not np.array_equal(vis, truth) and matches(ctx, *attend(s, v, vis))
 
     # Transposed: byte (br, bc) read at bc · stride + br.
     for stride, how in ((nc, "mask[bc * n_mb_k + br]"), (nr, "mask[bc * n_mb_q + br]")):
@@ -455,7 +455,7 @@ def block_flip_cause(ctx, s, v, limit: int = 24):
         for bc in found:
             flips.append((b, h, br, bc, bool(bm[b, h, br, bc])))
             alt[b, h, br, bc] = not alt[b, h, br, bc]
-    if not matches(ctx, o=attend(s, v, visible(alt, block, n_q, n_k, causal))[0]):
+    if not matches(ctx, *attend(s, v, visible(alt, block, n_q, n_k, causal))):
         return
     said = [f"(b = {b}, h = {h}, query block {br}, key block {bc}): "
             + ("skipped though kept" if kept else "computed though masked") for b, h, br, bc, kept in flips[:4]]

@@ -153,6 +153,9 @@ class _Watch:
             self.record(r)
             self.running, self.compiling = None, False
             self.deadline = now + STARTUP_TIMEOUT
+        elif kind == "refuted":
+            if ev["case"] in self.results:
+                self.results[ev["case"]].refuted = ev["ids"]
         elif kind == "resources":
             self.resources.update(ev["resources"])
         elif kind == "fatal":

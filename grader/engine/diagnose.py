@@ -1,4 +1,5 @@
-"""Likely causes, read from the shape of the error. Generic ones here; tasks add their own."""
+"""What every module's diagnosis shares: the failing case's context, the causes any module can have
+(rows that see no key), and the plain observations. Tasks add their own replays."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ class Context:
     cmp: dict                  # name -> Comparison
     config: dict = field(default_factory=dict)   # the checked file's CONFIG (its tile sizes), if any
     noise: float = 0.0         # the relative rounding error of a correct kernel (low precision), or 0
+    probe: bool = False        # a passing case, asked which replays would have got it wrong (verdict.settle)
 
 
 def _rows(mask: np.ndarray) -> np.ndarray:
@@ -35,6 +37,58 @@ def overflow_rows(name: str, bad: np.ndarray, lse_ref) -> bool:
     with np.errstate(invalid="ignore"):
         high = high > 88.7
     return not (rows & ~high).any() and rows.sum() >= 0.9 * high.sum()
+
+
+def _row_mask(name: str, shape: tuple, empty: np.ndarray) -> np.ndarray | None:
+    """`empty` (one flag per row, lse's shape) spread over an output's elements, or None when the
+    output's rows do not line up with lse's (lse itself, o with one more axis, varlen's transposed o)."""
+    if tuple(shape) == empty.shape:
+        return empty
+    if tuple(shape[:-1]) == empty.shape:
+        return np.broadcast_to(empty[..., None], shape)
+    if empty.ndim == 2 and tuple(shape[:-1]) == empty.shape[::-1]:
+        return np.broadcast_to(empty.T[..., None], shape)
+    return None
+
+
+def empty_row_causes(ctx: Context):
+    """Rows that see no key (their lse is -inf): left unwritten, or computed NaN, while every other
+    element of every output is right. Reproduced exactly: the reference with those rows unwritten
+    (or NaN) is the kernel's output."""
+    from .verdict import Cause
+    lse_ref = ctx.ref.get("lse")
+    if lse_ref is None:
+        return
+    empty = np.isneginf(np.asarray(lse_ref, np.float64))
+    if not empty.any():
+        return
+    masks = {n: _row_mask(n, np.shape(ctx.out[n]), empty) for n in ctx.cmp}
+    if any(m is None for m in masks.values()):
+        return
+    unwritten = {n: np.asarray(c.unwritten) for n, c in ctx.cmp.items()}
+    nan = {n: np.isnan(np.asarray(ctx.out[n], np.float64)) & ~unwritten[n] for n in ctx.cmp}
+    for n in ctx.cmp:                 # every element outside the empty rows is right
+        got, want = np.asarray(ctx.out[n], np.float64), np.asarray(ctx.ref[n], np.float64)
+        rest = ~masks[n]
+        if not np.isfinite(got[rest]).all() or not np.isfinite(want[rest]).all():
+            return
+        err = np.linalg.norm(got[rest] - want[rest]) / max(float(np.linalg.norm(want[rest])), 1e-30)
+        if err > max(1e-4, 3 * ctx.noise):
+            return
+    held = [n for n in ctx.cmp if unwritten[n].any()]
+    zero = " and ".join(f"{n} = 0" for n in ctx.cmp if n != "lse")
+    if held and all(unwritten[n][masks[n]].all() or not unwritten[n].any() for n in ctx.cmp):
+        yield Cause("empty_rows:unwritten", (
+            f"the rows that see no key are never written: {' and '.join(held)} still "
+            f"{'holds' if len(held) == 1 else 'hold'} the grader's NaN in exactly those rows, and every "
+            f"other element is right. A row with no visible key still has an answer: {zero} and "
+            "lse = -INFINITY. Store them, instead of returning or skipping the store when l = 0."))
+    elif not held and any(nan[n][masks[n]].any() for n in ctx.cmp):
+        yield Cause("empty_rows:nan", (
+            "the rows that see no key, and only they, are NaN (computed, not left unwritten), and every "
+            "other element is right. Their running max stays -INFINITY, l stays 0: exponentiate against "
+            f"0 instead of -inf (exp(-inf - -inf) is NaN) and guard the final 1/l, so {zero} and "
+            "lse = -INFINITY."))
 
 
 def _small_scores(ctx: Context) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import dataclasses
 import itertools
 import re
 import traceback
@@ -37,13 +38,29 @@ class CaseResult:
     observations: list = field(default_factory=list)   # what the outputs show, in plain words
     candidates: list = field(default_factory=list)     # [id, text] of every replay that reproduced it
     searched: bool = True       # the replay search finished (within its time budget)
+    # A passing case: the ids of the replays that predict a wrong answer here, where the kernel was
+    # right (verdict.refute fills it in when some failing case has candidates; None: not asked).
+    refuted: list | None = None
+    contradicted: object = field(default=None, repr=False, compare=False)   # computes `refuted`
 
     def to_json(self) -> dict:
-        d = asdict(self)
+        d = asdict(dataclasses.replace(self, contradicted=None))
+        d.pop("contradicted")
         for key in ("rel_err", "max_abs_err"):
             if isinstance(d[key], float) and not np.isfinite(d[key]):
                 d[key] = str(d[key])
         return d
+
+
+RIGHT_CASE_ELEMENTS = 1 << 17    # a passing case this small keeps its context for verdict.settle
+
+
+def _replays_wrong_where_right(task, ctx, budget_s: float) -> set[str]:
+    """The ids of the replays that predict a wrong answer on this passing case: the diagnosis runs
+    with ctx.probe set, where a replay 'matches' when it differs from the kernel's (right) output."""
+    probe = dataclasses.replace(ctx, probe=True)
+    causes, _, _ = verdict.search(task.diagnose(probe) if hasattr(task, "diagnose") else (), budget_s)
+    return {c.id for c in causes}
 
 
 def select_cases(ex: Exercise, names: list[str] | None = None, shape: dict | None = None) -> list[Case]:
@@ -276,16 +293,19 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     res.rel_err = max(c.rel_err for c in cmps.values())
     res.max_abs_err = max(c.max_abs_err for c in cmps.values())
     failing = [c for c in cmps.values() if not c.passed]
-    if not failing:
-        res.passed = True
-        return res
     config = getattr(fn, "__globals__", {}).get("CONFIG")
     ctx = dg.Context(ex, case.params, inputs, ref, out, cmps, config if isinstance(config, dict) else {})
+    if not failing:
+        res.passed = True
+        if sum(np.size(v) for v in out.values()) <= RIGHT_CASE_ELEMENTS:
+            res.contradicted = lambda budget_s: _replays_wrong_where_right(task, ctx, budget_s)
+        return res
     c = failing[0]
     lines = [f"{c.name}: {c.reason}.", f"worst element: {c.where()}."]
     lines += [f"{o.name}: {o.reason}." for o in failing[1:]]
     try:
-        found = itertools.chain(task.diagnose(ctx) if hasattr(task, "diagnose") else (), dg.observations(ctx))
+        found = itertools.chain(dg.empty_row_causes(ctx), task.diagnose(ctx) if hasattr(task, "diagnose") else (),
+                                dg.observations(ctx))
         causes, seen, res.searched = verdict.search(found)
     except Exception as e:        # the verdict above stands; the explanation failed, loudly
         causes, seen, at = [], [], traceback.extract_tb(e.__traceback__)[-1]

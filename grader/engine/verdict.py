@@ -26,6 +26,7 @@ from ..spec import Cause, Seen
 LINE = "\nlikely cause: "   # the stated cause's line, always a message's last
 SEVERAL = "\nobserved: several replayed bugs "   # or this one, when no case tells the replays apart
 SEARCH_BUDGET_S = 8.0      # replays per failing case; what is not searched by then does not count
+PROBE_BUDGET_S = 6.0       # replays on the passing cases of one check, to withdraw the ones they refute
 
 
 def search(items: Iterable, budget_s: float = SEARCH_BUDGET_S) -> tuple[list[Cause], list[str], bool]:
@@ -54,6 +55,22 @@ def search(items: Iterable, budget_s: float = SEARCH_BUDGET_S) -> tuple[list[Cau
             raise TypeError(f"a diagnosis yielded {item!r}: Cause or Seen expected")
 
 
+def refute(results: list, budget_s: float = PROBE_BUDGET_S) -> list:
+    """Ask the passing cases not asked yet which replays would have got them wrong (`refuted`), as
+    long as some failing case has candidates, within the time budget. Returns the cases asked."""
+    if not any(r.candidates for r in results if not r.passed):
+        return []
+    asked, t0 = [], time.monotonic()
+    for r in results:
+        left = budget_s - (time.monotonic() - t0)
+        if left <= 0:
+            break
+        if r.passed and r.refuted is None and callable(getattr(r, "contradicted", None)):
+            r.refuted = sorted(r.contradicted(left))
+            asked.append(r)
+    return asked
+
+
 def _ids(r: dict | object, key="candidates") -> list[str]:
     cands = r.get(key) if isinstance(r, dict) else getattr(r, key, None)
     return [c[0] for c in cands or ()]
@@ -62,10 +79,11 @@ def _ids(r: dict | object, key="candidates") -> list[str]:
 def settle(results: list) -> None:
     """Choose the cause the check states (CaseResult objects, in case order), in place.
 
-    The first failing (checked) case proposes its reproduced causes in order; the first one that
-    also reproduces its shrunk case and every other failing case with a finished search is stated,
-    on every failing case it reproduces (`cause`, and a `likely cause:` line). Otherwise no case
-    states one (`cause` null) and the observations stand alone.
+    The first failing (checked) case proposes its reproduced causes in order; those that also
+    reproduce its shrunk case and every other failing case with a finished search, and that no
+    passing case refutes (a replay predicting a wrong answer where the kernel was right), remain. One
+    left is stated on every failing case it reproduces (`cause`, and a `likely cause:` line); several
+    left are named together as an observation; none left, and the observations stand alone.
     """
     failing = [r for r in results if not r.passed and r.kind == "checked"]
     for r in results:                     # settling again (plain pytest, case by case) starts afresh
@@ -88,6 +106,11 @@ def settle(results: list) -> None:
         return True
 
     agreed = [c for c in first.candidates or () if agrees(c[0])]
+    if agreed:
+        refute(results)
+    # A replay that predicts a wrong answer on a case the kernel passed is not its bug.
+    refuted = {cid for r in results if r.passed for cid in (r.refuted or ())}
+    agreed = [c for c in agreed if c[0] not in refuted]
     if len(agreed) > 1:
         # Several replays reproduce every failing case alike: no failing case tells them apart, so
         # naming one would be a guess. Say what was reproduced, as an observation.
