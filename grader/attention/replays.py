@@ -560,7 +560,7 @@ def decode_diagnose(ctx, kv_cache_fn):
         ok_max = int(lens[~bad_seq & live].max())
         bad_min = int(lens[bad_seq & live].min())
         if bad_min > ok_max:
-            yield Seen(f"sequences with a context of at most {ok_max} keys are right, longer ones "
+            yield Seen(f"sequences with a context of at most {ok_max} key{'s' if ok_max != 1 else ''} are right, longer ones "
                        f"({bad_min} keys and up) are wrong.")
 
 

@@ -79,13 +79,13 @@ def empty_row_causes(ctx: Context):
     zero = " and ".join(f"{n} = 0" for n in ctx.cmp if n != "lse")
     if held and all(unwritten[n][masks[n]].all() or not unwritten[n].any() for n in ctx.cmp):
         yield Cause("empty_rows:unwritten", (
-            f"the rows that see no key are never written: {' and '.join(held)} still "
+            f"the rows with no visible key are never written: {' and '.join(held)} still "
             f"{'holds' if len(held) == 1 else 'hold'} the grader's NaN in exactly those rows, and every "
             f"other element is right. A row with no visible key still has an answer: {zero} and "
             "lse = -INFINITY. Store them, instead of returning or skipping the store when l = 0."))
     elif not held and any(nan[n][masks[n]].any() for n in ctx.cmp):
         yield Cause("empty_rows:nan", (
-            "the rows that see no key, and only they, are NaN (computed, not left unwritten), and every "
+            "the rows with no visible key, and only they, are NaN (computed, not left unwritten), and every "
             "other element is right. Their running max stays -INFINITY, l stays 0: exponentiate against "
             f"0 instead of -inf (exp(-inf - -inf) is NaN) and guard the final 1/l, so {zero} and "
             "lse = -INFINITY."))

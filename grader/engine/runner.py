@@ -304,7 +304,7 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     lines = [f"{c.name}: {c.reason}.", f"worst element: {c.where()}."]
     lines += [f"{o.name}: {o.reason}." for o in failing[1:]]
     try:
-        found = itertools.chain(dg.empty_row_causes(ctx), task.diagnose(ctx) if hasattr(task, "diagnose") else (),
+        found = itertools.chain(task.diagnose(ctx) if hasattr(task, "diagnose") else (), dg.empty_row_causes(ctx),
                                 dg.observations(ctx))
         causes, seen, res.searched = verdict.search(found)
     except Exception as e:        # the verdict above stands; the explanation failed, loudly

@@ -41,7 +41,7 @@ WRONG = [
                '                    if (j >= n_k) s[r][n] = -INFINITY;   // BUG: no causal test\n'),
           ),
           expect=('diagonal', 'per-element',),
-          cases=('tiny', 'chunked_prefill',),
+          cases=('tiny', 'chunked_prefill', 'tile_plus_1'),
           cause='mask:diagonal_tiles_unmasked'),
     Wrong(EX, 'top_left_mask',
           "the causal mask is aligned top-left (PyTorch's is_causal)",

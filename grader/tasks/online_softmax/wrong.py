@@ -9,8 +9,9 @@ WRONG = [
               ('    if (m_new == -INFINITY) return;        // both empty: exp(-inf - -inf) would be NaN\n',
                '    // BUG: no `if (m_new == -INFINITY) return;` -- two empty states give l = 0 * NaN = NaN\n'),
           ),
-          expect=('lse: ', 'NaN/Inf values where the answer is finite', 'whole rows of y are NaN', 'expf(-inf - -inf)',),
-          cases=('one_element', 'fewer_than_a_warp',)),
+          expect=('lse: ', 'computed where the answer is finite', 'no guard for two empty states'),
+          cases=('one_element', 'fewer_than_a_warp', 'one_warp'),
+          cause='merge:no_guard'),
     Wrong(EX, 'nan_on_fully_masked_rows',
           'the second pass forgets rows that are entirely -inf',
           edits=(
@@ -21,8 +22,9 @@ WRONG = [
               ('        lse[row] = masked ? -INFINITY : m + logf(l);\n',
                '        lse[row] = m + logf(l);\n'),
           ),
-          expect=('whole rows of y are NaN', 'expf(-inf - -inf)',),
-          cases=('masked_entries', 'fully_masked_rows',)),
+          expect=('computed where the answer is finite', 'rows with no visible key, and only they, are NaN'),
+          cases=('masked_entries', 'fully_masked_rows',),
+          cause='empty_rows:nan'),
     Wrong(EX, 'merge_keeps_own_sum_unscaled',
           'merge rescales only the incoming sum, not its own, when the max grows',
           edits=(
@@ -38,7 +40,7 @@ WRONG = [
               ('    float m_new = fmaxf(m, m2);\n    if (m_new == -INFINITY) return;        // both empty: exp(-inf - -inf) would be NaN\n    l = l * expf(m - m_new) + l2 * expf(m2 - m_new);\n    m = m_new;\n',
                '    // BUG: no max subtraction. Every state is kept relative to 0: l = sum of expf(x).\n    l = l * expf(m) + l2 * expf(m2);\n    m = 0.0f;\n'),
           ),
-          expect=('y: ', 'NaN/Inf values where the answer is finite', 'lse: ',),
+          expect=('y: ', 'computed where the answer is finite', 'lse: ', 'expf(x) is inf in float32'),
           cases=('prime_length', 'huge_logits',),
           numeric=True),
 ]

@@ -11,7 +11,7 @@ WRONG = [
               ('        size_t row = ((size_t)b * H + kv * GROUP + g) * n_splits + split;\n',
                '        size_t row = ((size_t)b * H + g * H_kv + kv) * n_splits + split;\n'),
           ),
-          expect=('gqa mapping',),
+          expect=('reads the wrong kv head', 'h_kv = h / (H / Hkv)'),
           cases=('page_size_8_gqa_4',),
           cause='gqa:h%Hkv'),
     Wrong(EX, 'logical_page_as_physical',
@@ -31,7 +31,8 @@ WRONG = [
                '    // BUG: no special case for an empty context: total = 0, inv = inf, 0 * inf = NaN.\n'),
           ),
           expect=('empty context',),
-          cases=('contexts_0_1_2_5',)),
+          cases=('contexts_0_1_2_5',),
+          cause='empty_rows:nan'),
     Wrong(EX, 'slot_assumes_page_size_16',
           'the slot inside a page is j & 15: right for page_size 16 only',
           edits=(

@@ -53,6 +53,6 @@ WRONG = [
                '    const int offset = 0;   // BUG: top-left\n'),
           ),
           expect=('top-left', 'bottom-right'),
-          cases=('chunked_prefill_causal',),
+          cases=('chunked_prefill_causal', 'causal_queries_past_keys'),
           cause='mask:top_left'),
 ]
