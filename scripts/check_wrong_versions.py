@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Run the wrong versions (each task folder's wrong.py) on a backend, as tests/test_wrong_versions.py
-does on the CPU, and print whether each is rejected with the expected explanation. A wrong version
+does on the CPU, and print whether each is rejected with the expected explanation: its phrases in
+the first message, and no stated cause but its own replay (the first checked case states it when the
+wrong version has one). A wrong version
 whose explanation comes from the CPU emulator's own detectors (Wrong.backends = ("cpu",)) is only
 reported on the GPU, not held to it: a bug the GPU hides (a missing barrier) may pass there, which is
 what the CPU emulator is for.
@@ -20,7 +22,9 @@ sys.path.insert(0, str(ROOT))
 
 def main() -> int:
     from grader import catalogue
+    from grader.corpus import stated_causes
     from grader.engine.check import run_check
+    from grader.tasks import load_task
     from grader.wrong import all_wrong, write
     ap = argparse.ArgumentParser()
     ap.add_argument("ids", nargs="*")
@@ -33,12 +37,20 @@ def main() -> int:
         for w in all_wrong():
             if wanted and w.exercise not in wanted:
                 continue
-            cases = None if args.all_cases or not w.cases else list(w.cases)
-            report = run_check(catalogue.resolve(w.exercise), write(w, tmp), args.backend, seed=7, cases=cases)
+            ex = catalogue.resolve(w.exercise)
+            first = load_task(ex).CASES[0].name      # the first case always runs, as in a full check
+            cases = None if args.all_cases or not w.cases else [first] + [c for c in w.cases if c != first]
+            report = run_check(ex, write(w, tmp), args.backend, seed=7, cases=cases)
             failing = [c for c in report["cases"] if not c["passed"] and c["kind"] != "not_run"]
             msg = failing[0]["message"] if failing else ""
             held = args.backend in w.backends
             missing = [p for p in w.expect if p.lower() not in msg.lower()]
+            stated = stated_causes(report)
+            checked = [c for c in failing if c["kind"] == "checked"]
+            if stated - ({w.cause} if w.cause else set()):
+                missing.append(f"stated {sorted(stated)}, the bug is {w.cause}")
+            elif w.cause and not (checked and checked[0].get("cause") == w.cause):
+                missing.append(f"cause {w.cause} not stated")
             ok = bool(failing) and not report["passed"] and not missing
             verdict = ("ok" if ok else "WRONG") if held else ("rejected" if failing else "passes") + " (cpu-only)"
             ok_all &= ok or not held
