@@ -15,7 +15,10 @@ WRONG = [
           ),
           expect=('next sequence',),
           cases=('lengths_0_and_1', 'one_long_many_short'),
-          cause='varlen:keys_past_end'),
+          cause='varlen:keys_past_end',
+          # On a GPU the last sequence reads past the end of k and v, whatever memory holds there: no
+          # replay reproduces that case, so the cause is withdrawn. The emulator names the read.
+          backends=('cpu',)),
     Wrong(EX, 'keys_at_query_offsets',
           'the keys are found through cu_seqlens_q (right only when every sequence has n_q = n_k)',
           edits=(
