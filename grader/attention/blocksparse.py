@@ -319,7 +319,7 @@ def mask_causes(ctx, s, v):
 
     def hit(vis):
         # o only: a case of one query row has one lse per head, a constant that names no replay.
-        return not np.array_equal(vis, truth) and matches(ctx, *attend(s, v, vis))
+        return (getattr(ctx, "probe", None) or not np.array_equal(vis, truth)) and matches(ctx, *attend(s, v, vis))
 
     # Transposed: byte (br, bc) read at bc · stride + br.
     for stride, how in ((nc, "mask[bc * n_mb_k + br]"), (nr, "mask[bc * n_mb_q + br]")):

@@ -109,10 +109,12 @@ def matches(ctx, o=None, lse=None, **others) -> bool:
     checks = [(name, alt) for name, alt in (("o", o), ("lse", lse), *others.items()) if alt is not None]
     if not checks:
         return False
-    if getattr(ctx, "probe", False):
-        # A passing case (verdict.settle): "matches" here means the replay predicts a wrong answer
-        # where the kernel was right, so its bug is not the kernel's.
-        return any(rel(ctx.out[name], alt) > max(1e-4, 10 * ctx.noise) for name, alt in checks)
+    probe = getattr(ctx, "probe", None)
+    if probe:
+        # A passing case (verdict.settle) asks whether the replay predicts a wrong answer here, where
+        # the kernel was right ("wrong"), or the right one ("right").
+        off = any(rel(ctx.out[name], alt) > max(1e-4, 10 * ctx.noise) for name, alt in checks)
+        return off if probe == "wrong" else not off
     for name, _ in checks:
         unwritten = getattr(ctx.cmp.get(name), "unwritten", None)
         if unwritten is not None and np.any(unwritten):

@@ -19,7 +19,7 @@ class Context:
     cmp: dict                  # name -> Comparison
     config: dict = field(default_factory=dict)   # the checked file's CONFIG (its tile sizes), if any
     noise: float = 0.0         # the relative rounding error of a correct kernel (low precision), or 0
-    probe: bool = False        # a passing case, asked which replays would have got it wrong (verdict.settle)
+    probe: str | None = None   # a passing case asking its replays: "wrong" or "right" here? (verdict.settle)
 
 
 def _rows(mask: np.ndarray) -> np.ndarray:

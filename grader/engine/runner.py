@@ -5,6 +5,7 @@ import importlib.util
 import dataclasses
 import itertools
 import re
+import time
 import traceback
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -56,11 +57,19 @@ RIGHT_CASE_ELEMENTS = 1 << 17    # a passing case this small keeps its context f
 
 
 def _replays_wrong_where_right(task, ctx, budget_s: float) -> set[str]:
-    """The ids of the replays that predict a wrong answer on this passing case: the diagnosis runs
-    with ctx.probe set, where a replay 'matches' when it differs from the kernel's (right) output."""
-    probe = dataclasses.replace(ctx, probe=True)
-    causes, _, _ = verdict.search(task.diagnose(probe) if hasattr(task, "diagnose") else (), budget_s)
-    return {c.id for c in causes}
+    """The ids of the replays that predict a wrong answer on this passing case, under every one of
+    their parameters (a family tries several: tile sizes, offsets): the diagnosis runs with
+    ctx.probe = "wrong", where a replay 'matches' when it differs from the kernel's (right) output,
+    and with "right", where it matches when it agrees; an id seen agreeing is not refuted."""
+    if not hasattr(task, "diagnose"):
+        return set()
+    t0 = time.monotonic()
+    wrong, _, _ = verdict.search(task.diagnose(dataclasses.replace(ctx, probe="wrong")), budget_s / 2)
+    left = budget_s - (time.monotonic() - t0)
+    right, _, complete = verdict.search(task.diagnose(dataclasses.replace(ctx, probe="right")), max(left, 0.0))
+    if not complete:                  # an id not reached agreeing might have agreed: refute none of them
+        return set()
+    return {c.id for c in wrong} - {c.id for c in right}
 
 
 def select_cases(ex: Exercise, names: list[str] | None = None, shape: dict | None = None) -> list[Case]:

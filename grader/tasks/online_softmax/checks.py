@@ -120,7 +120,7 @@ def diagnose(ctx):
         y_alt, lse_alt = _replayed(x, start, m_kind, l_kind)
         # The replay must reproduce the output AND differ from the truth: on short rows some of these
         # reductions are still right, and then they explain nothing.
-        if matches(ctx, y=y_alt, lse=lse_alt) and rel(y_alt, ctx.ref["y"]) > 1e-5:
+        if matches(ctx, y=y_alt, lse=lse_alt) and (ctx.probe or rel(y_alt, ctx.ref["y"]) > 1e-5):
             if "down" in (m_kind, l_kind):
                 yield Cause("reduce:shfl_down", (
                     "after the warp reduction only lane 0 holds the row's (m, l) (the output matches a "
@@ -137,7 +137,7 @@ def diagnose(ctx):
                                 ((True, False), "merge:no_rescale_l2", "the other state's sum l2"),
                                 ((False, False), "merge:no_rescale", "either sum")):
         y_alt, lse_alt = _replayed(x, 16, "xor", "xor", rescale)
-        if matches(ctx, y=y_alt, lse=lse_alt) and rel(y_alt, ctx.ref["y"]) > 1e-5:
+        if matches(ctx, y=y_alt, lse=lse_alt) and (ctx.probe or rel(y_alt, ctx.ref["y"]) > 1e-5):
             yield Cause(cid, (
                 f"merge (TODO 1) does not rescale {which} to the new max (the output matches that "
                 "merge): each sum was measured against its own max, so l = l · exp(m - m_new) + "
