@@ -71,7 +71,9 @@ def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_m
             shift = np.where(np.isfinite(m), m, 0.0) if stale_max else m_use
             if first_zero:
                 shift = np.where(np.isfinite(m), m_use, 0.0)
-            p = np.exp(st - shift[..., None])
+            # In float32, as the kernel computes it: a shift far from the scores underflows to 0
+            # (or overflows to inf) there, and that is what a bug with the wrong shift gives.
+            p = np.exp((st - shift[..., None]).astype(np.float32)).astype(np.float64)
             l = (l * alpha if rescale_l else l) + p.sum(axis=-1)
             acc = (acc * alpha[..., None] if rescale_acc else acc) + p @ v[..., start:start + tile, :]
             m = m_new
@@ -194,6 +196,19 @@ def tile_bug_causes(ctx, s, v, visible=None):
                 f"keys past n_k = {n_k} in the last, partial key tile are counted (the output matches "
                 f"{pad} extra keys of score 0, as with tiles of {tile}). Give them score -INFINITY "
                 f"(the bounds mask: s = -INFINITY where j >= n_k), so that exp(s - m) = 0."))
+    # The bounds mask tests the key's column within its tile, not kv_start + column, against n_k:
+    # right while every key fits in the first tile, no mask at all from the second tile on.
+    for tile in tiles(ctx, "BLOCK_N"):
+        pad = -n_k % tile if n_k > tile else 0
+        s_pad = np.concatenate([np.where(visible, s, -np.inf) if visible is not None else s,
+                                np.zeros(s.shape[:-1] + (pad,))], axis=-1)
+        v_pad = np.concatenate([v, np.zeros(v.shape[:-2] + (pad, v.shape[-1]))], axis=-2)
+        if matches(ctx, *attend(s_pad, v_pad)):
+            yield Cause("bounds_mask:tile_relative", (
+                f"the bounds mask compares the key's column within its tile with n_k = {n_k}, not the key's "
+                f"index kv_start + column (the output matches that, with tiles of {tile}): it is right "
+                f"while every key fits in the first tile, and masks nothing in the last, partial tile of a "
+                f"longer row. Mask s = -INFINITY where kv_start + column >= n_k."))
 
 
 def key_range_causes(ctx, s, v, visible=None):
@@ -363,6 +378,20 @@ def tile_limits(n_q, n_k, block_m, block_n, row_of_tile):
     kv_end = np.clip(row_of_tile(first, last) + offset + 1, 0, n_k)
     return np.minimum(-(-kv_end // block_n) * block_n, n_k)     # whole key tiles
 
+def diagonal_tiles_masked(n_q, n_k, block_m, block_n, limit):
+    """[n_q, n_k] visibility of a kernel that loops over the key tiles up to its query tile's
+    kv_end = min(n_k, last + offset + 1) and applies its per-element test, j < limit(i), only in the
+    tiles that straddle the diagonal or hold the last, partial key tile: the tiles below the
+    diagonal are taken whole."""
+    offset = n_k - n_q
+    i, j = np.arange(n_q)[:, None], np.arange(n_k)[None, :]
+    first = (i // block_m) * block_m
+    last = np.minimum(first + block_m, n_q) - 1
+    kv_end = np.clip(last + offset + 1, 0, n_k)
+    tile = (j // block_n) * block_n
+    visited = tile < kv_end
+    tested = (tile + block_n - 1 > first + offset) | (tile + block_n > n_k)
+    return visited & np.where(tested, j < np.asarray(limit(np.arange(n_q)))[:, None], True)
 
 
 def mask_causes(ctx, s, v):
@@ -377,8 +406,10 @@ def mask_causes(ctx, s, v):
             "only when Nq == Nk, which is why the square cases pass."))
     flipped = [i - offset + 1] + [np.minimum(i - offset + 1, tile_limits(n_q, n_k, bm, bn, lambda f, last: last))
                                   for bm in tiles(ctx, "BLOCK_M") for bn in tiles(ctx, "BLOCK_N")]
-    if n_q != n_k and any(matches(ctx, *attend(s, v, visible_where(n_q, n_k, np.maximum(lim, 0))))
-                          for lim in flipped):
+    shown = [visible_where(n_q, n_k, np.maximum(lim, 0)) for lim in flipped] + [
+        diagonal_tiles_masked(n_q, n_k, bm, bn, lambda r: r - offset + 1)
+        for bm in tiles(ctx, "BLOCK_M") for bn in tiles(ctx, "BLOCK_N")]
+    if n_q != n_k and any(matches(ctx, *attend(s, v, vis)) for vis in shown):
         # The mask with its offset reversed, inside the key tiles a right loop bound visits.
         yield Cause("mask:offset_sign", (
             f"the causal offset has its sign reversed (the output matches j <= i - (Nk - Nq), here "
