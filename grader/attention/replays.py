@@ -11,6 +11,7 @@ decode the splits and their combine.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -600,7 +601,7 @@ def decode_diagnose(ctx, kv_cache_fn):
 def split_sizes(ctx, L: int) -> list[int]:
     """The split lengths (keys per split) a launch may have picked for a cache of L keys."""
     forced = ctx.params.get("num_splits")
-    counts = [forced] if forced else range(2, min(L, 64) + 1)
+    counts = [forced] if forced else range(1, min(L, 64) + 1)
     return sorted({max(1, -(-L // n)) for n in counts}, reverse=True)
 
 
@@ -643,14 +644,18 @@ def split_causes(ctx, kv_cache_fn):
                     f"each split's lse is in log2 units (the output matches the combine of lse_s / ln 2, "
                     f"with splits of {chunk} keys): a split's lse is (m + log2(l)) · ln 2 when m comes "
                     "from exp2 scores."))
-        if "keys_end:+1" not in named:
-            o_alt, lse_alt = _phantom_key_per_split(q, k, v, lens, chunk, scale)
+        for from_buffer, step in itertools.product((False, True), (None,) + tiles(ctx, "KEYS_PER_STEP")):
+            if "keys_end:+1" in named:
+                break
+            o_alt, lse_alt = _phantom_key_per_split(q, k, v, lens, chunk, scale, from_buffer, step)
             if matches(ctx, o=o_alt, lse=lse_alt) or matches(ctx, o=o_alt):
                 named.add("keys_end:+1")
+                what = ("the key the buffer holds there (the next split's first, or the padding past "
+                        "the context)" if from_buffer else "score 0 and value 0")
                 yield Cause("keys_end:+1", (
-                    f"each split counts one key past its end, with score 0 and value 0 (the output matches "
-                    f"that, with splits of {chunk} keys): the mask is one off, s = -INFINITY where "
-                    "j >= end (not j > end)."))
+                    f"each split counts one key past its end, with {what} (the output matches that, "
+                    f"with splits of {chunk} keys): the mask is one off, s = -INFINITY where j >= end "
+                    "(not j > end)."))
         if "split_end:-1" not in named and chunk > 1:
             # Each split's end one short: key start + chunk - 1 left out (end = min(start + chunk - 1,
             # len)), and with end = min(start + chunk, len) - 1 also a context's last key.
@@ -673,9 +678,11 @@ def split_causes(ctx, kv_cache_fn):
                     break
 
 
-def _phantom_key_per_split(q, k, v, lens, chunk, scale):
-    """Split-KV decode where every split also counts one key past its end whose score and value are 0
-    (a zero-filled load, unmasked)."""
+def _phantom_key_per_split(q, k, v, lens, chunk, scale, from_buffer=False, step=None):
+    """Split-KV decode where every split also counts one key past its end: one whose score and value
+    are 0 (a zero-filled load, unmasked), or (from_buffer) the key the buffer holds there (the next
+    split's first key, or the padding past the context), 0 past the buffer's end. With `step` (keys
+    a warp loads per step), only a split whose length is not a multiple of it reaches that key."""
     B, H, d = np.asarray(q).shape
     Hkv = k.shape[1]
     n_splits = max(1, -(-k.shape[2] // chunk))
@@ -683,11 +690,19 @@ def _phantom_key_per_split(q, k, v, lens, chunk, scale):
     lse_part = np.full((B, H, n_splits), -np.inf)
     for b in range(B):
         for sp, (lo, hi) in enumerate(R.split_ranges(int(lens[b]), chunk)):
-            kk = np.concatenate([np.asarray(k[b][:, lo:hi], np.float64), np.zeros((Hkv, 1, d))], axis=1)
-            vv = np.concatenate([np.asarray(v[b][:, lo:hi], np.float64), np.zeros((Hkv, 1, d))], axis=1)
+            if step and (hi - lo) % step == 0:
+                kk, vv = np.asarray(k[b][:, lo:hi], np.float64), np.asarray(v[b][:, lo:hi], np.float64)
+                heads = [R.kv_head_of(h, H, Hkv) for h in range(H)]
+                sc = scale * np.einsum("hd,hjd->hj", np.asarray(q[b], np.float64), kk[heads])
+                p, lse = R.masked_softmax(sc[:, None, :])
+                o_part[b, :, sp] = (p[:, 0][:, :, None] * vv[heads]).sum(axis=1)
+                lse_part[b, :, sp] = lse[:, 0]
+                continue
+            extra = hi + 1 if from_buffer and hi < k.shape[2] else hi
+            kk = np.concatenate([np.asarray(k[b][:, lo:extra], np.float64), np.zeros((Hkv, hi + 1 - extra, d))], axis=1)
+            vv = np.concatenate([np.asarray(v[b][:, lo:extra], np.float64), np.zeros((Hkv, hi + 1 - extra, d))], axis=1)
             heads = [R.kv_head_of(h, H, Hkv) for h in range(H)]
             sc = scale * np.einsum("hd,hjd->hj", np.asarray(q[b], np.float64), kk[heads])
-            sc[:, -1] = 0.0
             p, lse = R.masked_softmax(sc[:, None, :])
             o_part[b, :, sp] = (p[:, 0] [:, :, None] * vv[heads]).sum(axis=1)
             lse_part[b, :, sp] = lse[:, 0]
