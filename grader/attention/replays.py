@@ -48,9 +48,17 @@ def scores(inputs, kv_head=None, scale=None):
     return s, v
 
 
+FLOAT32_EXP_FLOOR = math.log(float(np.finfo(np.float32).smallest_subnormal))   # exp below this is 0
+
+
 def attend(s, v, visible=None):
-    """Softmax over the visible scores, then P V -> (o, lse)."""
+    """Softmax over the visible scores, then P V -> (o, lse). A weight whose exponent lies below
+    float32's range is 0, as in a kernel: a row's max far above its other scores (a padded key of
+    score 0 beside scores near -150) leaves them no weight at all."""
     p, lse = R.masked_softmax(s, visible)
+    s = np.asarray(s, np.float64) if visible is None else np.where(visible, s, -np.inf)
+    with np.errstate(invalid="ignore"):
+        p = np.where(s - lse[..., None] < FLOAT32_EXP_FLOOR, 0.0, p)
     return p @ v, lse
 
 
