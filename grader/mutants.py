@@ -37,10 +37,11 @@ def _sub(text: str) -> Callable[[re.Match], str]:
 
 
 _GUARD = lambda line: bool(re.search(r"\b(if|for|while)\b|\?", line))   # noqa: E731
-# A bound or guard moved by one: the replays of a loop's start or end, a mask's edge, or the
-# emulator's own out-of-bounds report.
+# A bound or guard moved by one: the replays of a loop's start or end, a mask's edge, the guard of
+# a row with no key (l > 0 become l >= 0: its 1/l is inf), or the emulator's out-of-bounds report.
 _BOUNDS = (EMULATOR, "keys_end:", "keys_start:", "key_tiles_end:", "split_end:", "bounds_mask:",
-           "mask:diagonal_excluded", "mask:one_extra", "varlen:rows_past_end", "varlen:keys_past_end")
+           "mask:diagonal_excluded", "mask:one_extra", "varlen:rows_past_end", "varlen:keys_past_end",
+           "empty_rows:")
 _LANES = (EMULATOR, "reduce:", "D:partial_lanes")
 
 OPERATORS = (
