@@ -636,6 +636,17 @@ def split_causes(ctx, kv_cache_fn):
                     f"the combine weighs the splits by exp(lse_max - lse_s), the exponent's sign flipped "
                     f"(the output matches it with splits of {chunk} keys): split s's weight is "
                     "exp(lse_s - lse_max) <= 1, the largest split weighing 1."))
+        if "combine:max_zero" not in named:
+            # The combine's running lse_max seeded at 0, not -INFINITY: in float32 the weights
+            # exp(lse_s - 0) underflow when every lse_s is far below 0 (or overflow far above).
+            o_alt, lse_alt = combine_max_zero(o_part, lse_part)
+            if matches(ctx, o=o_alt, lse=lse_alt):
+                named.add("combine:max_zero")
+                yield Cause("combine:max_zero", (
+                    f"the combine's running lse_max starts at 0 instead of -INFINITY (the output matches "
+                    f"that, with splits of {chunk} keys): when every split's lse lies far below 0, "
+                    "exp(lse_s - 0) underflows to 0 in float32 and the sum is 0; far above 0 it "
+                    "overflows. Seed the max with -INFINITY, so that it is the largest lse_s."))
         if several and "combine:lse_no_max" not in named:
             with np.errstate(invalid="ignore"):
                 top = np.max(lse_part, axis=-1)
@@ -684,6 +695,21 @@ def split_causes(ctx, kv_cache_fn):
                         "last key is left out): a split covers keys start <= j < end with end = "
                         "min(start + chunk, context_lens[b])."))
                     break
+
+
+def combine_max_zero(o_part, lse_part):
+    """The combine with its running max seeded at 0: weights exp(lse_s - max(0, lse_max)) in float32,
+    o = sum w o_s / sum w (0 / 0 is NaN), lse = max + log(sum w); a row whose splits all are empty
+    keeps o = 0, lse = -inf (the kernel's own branch for an empty context)."""
+    o_part, lse_part = np.asarray(o_part, np.float64), np.asarray(lse_part, np.float64)
+    empty = ~np.isfinite(lse_part).any(axis=-1)
+    mx = np.maximum(np.max(lse_part, axis=-1), 0.0)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        w = np.exp((lse_part - mx[..., None]).astype(np.float32)).astype(np.float64)
+        total = w.sum(axis=-1)
+        o = (w[..., None] * o_part).sum(axis=-2) * (1.0 / total)[..., None]
+        lse = mx + np.log(total)
+    return np.where(empty[..., None], 0.0, o), np.where(empty, -np.inf, lse)
 
 
 def _phantom_key_per_split(q, k, v, lens, chunk, scale, from_buffer=False, step=None):

@@ -283,10 +283,9 @@ def diagnose(ctx):
     # Right sequences that can contradict a replay: a row or a key alone fits too many bugs alike.
     telling = [x for x in good if spans(ctx.inputs)[x][1] >= 2 and spans(ctx.inputs)[x][3] >= 2]
 
-    def replayed(b, right=False):
+    def replayed(b, probe=None):
         sub = sequence_context(ctx, b)
-        if right:       # does the replay also give this right sequence's (right) output?
-            sub.cmp = {name: SimpleNamespace(passed=False) for name in sub.cmp}
+        sub.probe = probe       # a right sequence asks which replays predict it wrong, or right
         s, v = replays.scores(sub.inputs)
         visible = R.causal_mask(sub.params["Nq"], sub.params["Nk"]) if causal else None
         found = []
@@ -301,8 +300,10 @@ def diagnose(ctx):
         common = texts if common is None else {k: t for k, t in common.items() if k in texts}
     for b in telling[:4]:
         if common:
-            texts = replayed(b, right=True)     # a replay that predicts an error here is contradicted
-            common = {k: t for k, t in common.items() if k in texts}
+            # A replay that predicts this right sequence wrong (under every parameter it tries) is
+            # contradicted by it.
+            refuted = set(replayed(b, "wrong")) - set(replayed(b, "right"))
+            common = {k: t for k, t in common.items() if k not in refuted}
     for cid, text in (common or {}).items():
         yield Cause(cid, f"in the wrong sequences ({_lens_text(ctx, bad[:4])}), each read as a batch of one: {text}")
     if good:
