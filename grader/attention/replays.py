@@ -16,6 +16,8 @@ import math
 
 import numpy as np
 
+from ..runtimes.base import is_poison
+
 from . import references as R
 from ..spec import Cause, Seen
 
@@ -150,12 +152,55 @@ def matches(ctx, o=None, lse=None, **others) -> bool:
 
 def prefill_causes(ctx, s, v, visible=None):
     """Every prefill replay family (modules 00, 02, 03, 06): the last step, the streaming loop, the
-    key range, the indexing, the scale, the exponent."""
+    key range, the indexing, the scale, the exponent, an early return."""
+    yield from early_return_causes(ctx)
     yield from output_causes(ctx, s, v, visible)
     yield from exponent_causes(ctx, s, v, visible)
     yield from tile_bug_causes(ctx, s, v, visible)
     yield from key_range_causes(ctx, s, v, visible)
     yield from setup_causes(ctx, visible)
+
+
+def _unwritten(ctx, name) -> np.ndarray:
+    c = ctx.cmp.get(name)
+    mask = getattr(c, "unwritten", None)
+    return np.asarray(mask) if mask is not None else is_poison(ctx.out[name])
+
+
+def early_return_causes(ctx):
+    """A query tile that returns before its store, on the wrong test: the rows of the tiles that
+    start at or past n_k, or of the last, partial tile, still hold the grader's NaN in o and lse,
+    and every other element is right."""
+    n_q, n_k = ctx.params["Nq"], ctx.params["Nk"]
+    rows_i = np.arange(n_q)
+    probe = getattr(ctx, "probe", None)
+    for bm in tiles(ctx, "BLOCK_M"):
+        first = (rows_i // bm) * bm
+        for cid, rows, what in (
+                ("early_return:tile_past_keys", first >= n_k,
+                 f"the query tiles that start at or past n_k = {n_k} (q_start >= n_k, tiles of {bm} rows)"),
+                ("early_return:partial_tile", first + bm > n_q,
+                 f"the last query tile, the partial one (q_start + BLOCK_M > n_q, tiles of {bm} rows)")):
+            if probe:                           # a passing case: did this test predict it right?
+                if rows.any() == (probe == "wrong"):
+                    yield Cause(cid, "")
+                continue
+            if not rows.any():
+                continue
+            o_gone = _unwritten(ctx, "o").all(axis=-1)          # [B, H, Nq]
+            lse_gone = _unwritten(ctx, "lse")
+            want = np.broadcast_to(rows, lse_gone.shape)
+            if not (np.array_equal(o_gone, want) and np.array_equal(lse_gone, want)):
+                continue
+            kept = ~want
+            if rel(np.asarray(ctx.out["o"])[kept], ctx.ref["o"][kept]) > MATCH or \
+                    rel(np.asarray(ctx.out["lse"])[kept], ctx.ref["lse"][kept]) > MATCH:
+                continue
+            yield Cause(cid, (
+                f"{what} return before their store: their rows of o and lse still hold the grader's NaN "
+                "(the output matches exactly that, every other element right). A query tile returns "
+                "early only when it starts at or past n_q; a row with no visible key still stores "
+                "o = 0 and lse = -INFINITY."))
 
 
 def tile_bug_causes(ctx, s, v, visible=None):
@@ -266,7 +311,7 @@ def output_causes(ctx, s, v, visible=None):
     o_ref, lse_ref = ctx.ref["o"], ctx.ref["lse"]
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         s_vis = np.where(visible, s, -np.inf) if visible is not None else s
-        row_max = s_vis.max(axis=-1)
+        row_max = s_vis.max(axis=-1, initial=-np.inf)     # -inf for a row of no keys at all
         l_row = np.exp(lse_ref - np.where(np.isfinite(row_max), row_max, 0.0))
         if matches(ctx, o=np.where(np.isfinite(lse_ref)[..., None], o_ref * l_row[..., None], 0.0)):
             yield Cause("o:no_division", (
