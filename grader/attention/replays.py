@@ -168,19 +168,24 @@ def _unwritten(ctx, name) -> np.ndarray:
 
 
 def early_return_causes(ctx):
-    """A query tile that returns before its store, on the wrong test: the rows of the tiles that
-    start at or past n_k, or of the last, partial tile, still hold the grader's NaN in o and lse,
-    and every other element is right."""
+    """Query tiles that never reach their store: the tiles that start at or past n_k, or the last,
+    partial tile. Their rows of o and lse still hold the grader's NaN, and every other element is
+    right. An early return on the wrong test and a grid one tile short leave the same output, so the
+    message names both."""
     n_q, n_k = ctx.params["Nq"], ctx.params["Nk"]
     rows_i = np.arange(n_q)
     probe = getattr(ctx, "probe", None)
     for bm in tiles(ctx, "BLOCK_M"):
         first = (rows_i // bm) * bm
-        for cid, rows, what in (
-                ("early_return:tile_past_keys", first >= n_k,
-                 f"the query tiles that start at or past n_k = {n_k} (q_start >= n_k, tiles of {bm} rows)"),
-                ("early_return:partial_tile", first + bm > n_q,
-                 f"the last query tile, the partial one (q_start + BLOCK_M > n_q, tiles of {bm} rows)")):
+        for cid, rows, what, how in (
+                ("tile_skipped:past_keys", first >= n_k,
+                 f"the query tiles that start at or past n_k = {n_k} (tiles of {bm} rows)",
+                 "an early return on q_start >= n_k, or a grid of cdiv(n_k, BLOCK_M) tiles where "
+                 "n_q's are needed"),
+                ("tile_skipped:partial", first + bm > n_q,
+                 f"the last query tile, the partial one (tiles of {bm} rows)",
+                 "a grid of n_q / BLOCK_M tiles, rounded down where cdiv(n_q, BLOCK_M) is needed, or "
+                 "an early return on q_start + BLOCK_M > n_q")):
             if probe:                           # a passing case: did this test predict it right?
                 if rows.any() == (probe == "wrong"):
                     yield Cause(cid, "")
@@ -197,10 +202,9 @@ def early_return_causes(ctx):
                     rel(np.asarray(ctx.out["lse"])[kept], ctx.ref["lse"][kept]) > MATCH:
                 continue
             yield Cause(cid, (
-                f"{what} return before their store: their rows of o and lse still hold the grader's NaN "
-                "(the output matches exactly that, every other element right). A query tile returns "
-                "early only when it starts at or past n_q; a row with no visible key still stores "
-                "o = 0 and lse = -INFINITY."))
+                f"{what} never reach their store: their rows of o and lse still hold the grader's NaN, "
+                f"and every other element is right. Look for {how}. Every query tile must run and "
+                "store; a row with no visible key still stores o = 0 and lse = -INFINITY."))
 
 
 def tile_bug_causes(ctx, s, v, visible=None):
@@ -610,6 +614,7 @@ def decode_diagnose(ctx, kv_cache_fn):
 
     # GQA: the query heads read the wrong kv head, all in the same way.
     H, Hkv = p["H"], p["Hkv"]
+    group = H // Hkv
     if H != Hkv and live.any():
         k, v = kv_cache_fn(ctx, lens)
         for name, mapping in (("h % Hkv", lambda h: h % Hkv), ("h", lambda h: min(h, Hkv - 1)), ("0", lambda h: 0)):
@@ -621,10 +626,34 @@ def decode_diagnose(ctx, kv_cache_fn):
                     f"query head h reads the wrong kv head ({name}; the output matches it). H / Hkv "
                     f"consecutive query heads share one kv head: h_kv = h / (H / Hkv) (here H = {H}, "
                     f"Hkv = {Hkv})."))
-        group = H // Hkv
         if bad.any() and not bad[:, ::group].any():
             yield Seen(f"only the query heads that are not the first of their group are wrong (H = {H}, "
                        f"Hkv = {Hkv}, groups of {group}).")
+
+    # The workspace row without its kv-head term: every kv head's block writes the rows of query
+    # heads 0 .. group-1 (the last writer's stand); the other rows keep the poison, which the
+    # combine copies into o and lse (an empty context writes o = 0 itself). Stated only for a
+    # writer other than kv head 0, whose stand a grid missing its other kv heads leaves as well.
+    gone = (np.arange(H) >= group)[None, :] & live[:, None]                   # [B, H]
+    if gone.any() and np.array_equal(_unwritten(ctx, "lse"), gone) and \
+            np.array_equal(_unwritten(ctx, "o").all(axis=-1), gone):
+        kept = ~gone
+        for kv in range(1, Hkv):
+            src = np.where(np.arange(H) < group, kv * group + np.arange(H), np.arange(H))
+            want = np.where(live[:, None], src[None, :], np.arange(H)[None, :])     # [B, H]
+            b_i = np.arange(len(lens))[:, None]
+            o_alt, lse_alt = ctx.ref["o"][b_i, want], ctx.ref["lse"][b_i, want]
+            o_got = np.asarray(ctx.out["o"], np.float64)[kept]
+            if rel(o_got, o_alt[kept]) < MATCH and rel(o_got, ctx.ref["o"][kept]) > 10 * MATCH and \
+                    rel(np.asarray(ctx.out["lse"], np.float64)[kept], lse_alt[kept]) < MATCH:
+                yield Cause("index_drop:kv_head:workspace", (
+                    f"query heads 0 .. {group - 1} hold the answers of kv head {kv}'s group (heads "
+                    f"{kv * group} .. {kv * group + group - 1}), and the other heads still hold the "
+                    "grader's NaN, copied from workspace rows nobody wrote (the output matches that): "
+                    "the partial kernel's workspace row is missing its kv-head term, so every kv "
+                    "head's block writes the first group's rows. Query head h = kv · (H / Hkv) + g "
+                    "has row b · H + h."))
+                break
 
     # lse in log2 units, a key too many or too few.
     if live.any():
@@ -694,6 +723,16 @@ def split_causes(ctx, kv_cache_fn):
                     f"that, with splits of {chunk} keys): when every split's lse lies far below 0, "
                     "exp(lse_s - 0) underflows to 0 in float32 and the sum is 0; far above 0 it "
                     "overflows. Seed the max with -INFINITY, so that it is the largest lse_s."))
+        if "combine:max_per_lane" not in named:
+            o_alt, lse_alt = combine_lane_max(o_part, lse_part)
+            if matches(ctx, o=o_alt, lse=lse_alt):
+                named.add("combine:max_per_lane")
+                yield Cause("combine:max_per_lane", (
+                    f"the combine's lse_max is each lane's own max over the splits it read (s = lane, "
+                    f"lane + 32, ...), never reduced across the warp (the output matches that, with "
+                    f"splits of {chunk} keys): a lane that read no split keeps -INFINITY, its weights "
+                    "exp(lse_s - lse_max) overflow and its part of o is inf / inf = NaN. Reduce lse_max "
+                    "over the warp (a __shfl_xor_sync butterfly) before any lane uses it."))
         if several and "combine:lse_no_max" not in named:
             with np.errstate(invalid="ignore"):
                 top = np.max(lse_part, axis=-1)
@@ -742,6 +781,91 @@ def split_causes(ctx, kv_cache_fn):
                         "last key is left out): a split covers keys start <= j < end with end = "
                         "min(start + chunk, context_lens[b])."))
                     break
+    yield from warp_key_causes(ctx, k, v, lens)
+
+
+def split_key_counts(length: int, warps: int, step_keys: int, start, step, skip_warp=None) -> np.ndarray:
+    """How many times a split of `length` keys counts each key when warp w starts at start(w),
+    strides by `step` and takes step_keys keys per step (keys past the end masked); a warp whose
+    state the merge skips (skip_warp) counts none."""
+    counts = np.zeros(length, int)
+    for w in range(warps):
+        if w == skip_warp:
+            continue
+        for j0 in range(start(w), length, step):
+            counts[j0:j0 + step_keys] += 1
+    return counts
+
+
+def warp_key_causes(ctx, k, v, lens):
+    """The partial kernel's key loop with the wrong start or step, or a merge that skips one warp:
+    keys counted twice or not at all, in a pattern fixed by WARPS and KEYS_PER_STEP."""
+    config = kernel_config(getattr(ctx, "config", None), ctx.params)
+    W, KPS = config.get("WARPS"), config.get("KEYS_PER_STEP")
+    if not (isinstance(W, int) and isinstance(KPS, int)) or W < 2:
+        return
+    q, scale = ctx.inputs["q"], ctx.inputs["scale"]
+    B, H, d = np.shape(q)
+    Hkv = k.shape[1]
+    heads = [R.kv_head_of(h, H, Hkv) for h in range(H)]
+    L = k.shape[2]
+    variants = [(f"split_keys:skip_warp:{w}",
+                 f"the keys warp {w} walks are left out of every split (keys start + {w}·{KPS} .. start + "
+                 f"{w}·{KPS} + {KPS - 1}, then every {W * KPS}): warp {w}'s state never enters the merge. "
+                 f"Check the merge's loops over the warps: each of the {W} warps' m, l and acc must be read",
+                 dict(start=lambda w: w * KPS, step=W * KPS, skip_warp=w)) for w in (0, W - 1)]
+    variants += [(cid, f"each split counts some keys several times and maybe others not at all: the output "
+                       f"matches a key loop where warp w starts at {start_text} and steps by {step_text}. "
+                       f"Warp w starts at start + w·KEYS_PER_STEP and steps by WARPS·KEYS_PER_STEP "
+                       f"(here {W * KPS}), so that the warps share the keys and each key is taken once",
+                  dict(start=start, step=step))
+                 for cid, start, start_text, step, step_text in (
+                     ("split_keys:step:KEYS_PER_STEP", lambda w: w * KPS, "start + w·KEYS_PER_STEP", KPS, "KEYS_PER_STEP"),
+                     ("split_keys:step:WARPS", lambda w: w * KPS, "start + w·KEYS_PER_STEP", W, "WARPS"),
+                     ("split_keys:start:warp", lambda w: w, "start + w", W * KPS, "WARPS·KEYS_PER_STEP"))]
+    for chunk in split_sizes(ctx, L):
+        for cid, text, how in variants:
+            weight = np.zeros((B, L))
+            for b in range(B):
+                for lo, hi in R.split_ranges(int(lens[b]), chunk):
+                    weight[b, lo:hi] = split_key_counts(hi - lo, W, KPS, **how)
+            if np.array_equal(weight, np.arange(L) < lens[:, None]):
+                continue                        # this case cannot tell the variant from the right loop
+            kk, vv = np.asarray(k, np.float64)[:, heads], np.asarray(v, np.float64)[:, heads]
+            sc = scale * np.einsum("bhd,bhjd->bhj", np.asarray(q, np.float64), kk)
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                sc = np.where(weight[:, None, :] > 0, sc, -np.inf)
+                top = np.max(sc, axis=-1, keepdims=True)
+                e = weight[:, None, :] * np.exp(sc - np.where(np.isfinite(top), top, 0.0))
+                total = e.sum(axis=-1)
+                o_alt = np.where(total[..., None] > 0, np.einsum("bhj,bhjd->bhd", e, vv) / total[..., None], 0.0)
+                lse_alt = np.where(total > 0, top[..., 0] + np.log(total), -np.inf)
+            if matches(ctx, o=o_alt, lse=lse_alt):
+                yield Cause(cid, f"{text} (the output matches that, with splits of {chunk} keys).")
+                return
+
+
+def combine_lane_max(o_part, lse_part, lanes: int = 32):
+    """The combine with lse_max left per lane: lane l takes the max of the splits s = l, l + 32, ...
+    (-inf when it read none) and weighs every split by exp(lse_s - its own max) in float32 for its
+    four features of o (4l .. 4l + 3); lane 0 writes lse. A row whose splits are all empty keeps
+    o = 0, lse = -inf."""
+    o_part, lse_part = np.asarray(o_part, np.float64), np.asarray(lse_part, np.float64)
+    n_splits, d = lse_part.shape[-1], o_part.shape[-1]
+    used = np.isfinite(lse_part)
+    own = np.full(lse_part.shape[:-1] + (lanes,), -np.inf)
+    for lane in range(min(lanes, n_splits)):
+        own[..., lane] = np.max(np.where(used, lse_part, -np.inf)[..., lane::lanes], axis=-1)
+    feature_lane = np.minimum(np.arange(d) // 4, lanes - 1)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        w = np.exp((np.where(used, lse_part, -np.inf)[..., :, None]
+                    - own[..., None, feature_lane]).astype(np.float32)).astype(np.float64)   # [.., S, d]
+        w = np.where(used[..., None], w, 0.0)
+        o = (w * o_part).sum(axis=-2) / w.sum(axis=-2)
+        w0 = w[..., 0]
+        lse = own[..., 0] + np.log(w0.sum(axis=-1))
+    empty = ~used.any(axis=-1)
+    return np.where(empty[..., None], 0.0, o), np.where(empty, -np.inf, lse)
 
 
 def combine_max_zero(o_part, lse_part):
