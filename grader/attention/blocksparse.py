@@ -420,6 +420,75 @@ def mask_causes(ctx, s, v):
     return
 
 
+def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mask=None,
+                    count_columns_only: bool = False, element_col_in_tile: bool = False) -> np.ndarray:
+    """[B, H, Nq, Nk]: what the module's kernel lets each query see, tile by tile: a key tile is
+    skipped when no block of its rectangle is kept, runs the per-element block test when some are
+    not (partial), and runs whole otherwise; the causal test applies everywhere. The variants are a
+    student's misreadings: the rectangle's bytes read from `class_mask` (another layout), a tile
+    called partial only when fewer blocks are kept than it has mask columns, and the per-element
+    test reading the key's column within its tile."""
+    class_mask = bm if class_mask is None else class_mask
+    tm, tn = tile
+    off = n_k - n_q
+    cm = R.causal_mask(n_q, n_k) if causal else np.ones((n_q, n_k), bool)
+    vis = np.zeros(bm.shape[:2] + (n_q, n_k), bool)
+    for q0 in range(0, n_q, tm):
+        q1 = min(q0 + tm, n_q)
+        r0, r1 = q0 // block[0], (q1 - 1) // block[0]
+        kv_end = min(n_k, q1 + off) if causal else n_k
+        for k0 in range(0, kv_end, tn):
+            k1 = min(k0 + tn, n_k)
+            c0, c1 = k0 // block[1], (k1 - 1) // block[1]
+            kept = class_mask[..., r0:r1 + 1, c0:c1 + 1].sum(axis=(-1, -2))
+            blocks = (c1 - c0 + 1) * (1 if count_columns_only else r1 - r0 + 1)
+            partial = (kept < blocks)[..., None, None]
+            cols = np.arange(k0, k1) - (k0 if element_col_in_tile else 0)
+            element = bm[..., (np.arange(q0, q1) // block[0])[:, None], (cols // block[1])[None, :]]
+            vis[..., q0:q1, k0:k1] = (np.where(partial, element, True) & cm[q0:q1, k0:k1]
+                                      & (kept > 0)[..., None, None])
+    return vis
+
+
+def tile_decision_causes(ctx, s, v):
+    """The kernel's per-tile decision misread: the rectangle's bytes read with the row stride
+    n_mb_q, a tile called partial by a count of columns only, the per-element test reading the key's
+    column within its tile."""
+    p = ctx.params
+    n_q, n_k, causal = p["Nq"], p["Nk"], bool(p.get("causal"))
+    block = (p["mb_m"], p["mb_n"])
+    bm = np.asarray(ctx.inputs["block_mask"]) != 0
+    nr, nc = bm.shape[-2:]
+    truth = visible(bm, block, n_q, n_k, causal)
+    strided = []
+    if nr != nc:
+        # Reads past the whole mask find the allocation's padding, 0 or not (a fault, where the
+        # emulator catches one, is the case's verdict before any replay).
+        idx = (np.arange(bm.shape[0] * bm.shape[1]).reshape(bm.shape[:2])[..., None, None] * nr * nc
+               + np.arange(nr)[:, None] * nr + np.arange(nc)[None, :])
+        for pad in ((False, True) if idx.max() >= bm.size else (False,)):
+            strided.append(np.concatenate([bm.reshape(-1), np.full(nr * nc, pad)])[idx])
+    variants = [("block_mask:row_stride_n_mb_q", dict(class_mask=alt),
+                 "the bytes of a tile's rectangle are read as mask[br · n_mb_q + bc], with the number of "
+                 "mask rows as the row stride: the mask of a head is n_mb_q rows of n_mb_k bytes, byte "
+                 "br · n_mb_k + bc") for alt in strided]
+    variants += [("block_mask:partial_count_columns", dict(count_columns_only=True),
+                 "a tile is called partial only when fewer of its rectangle's blocks are kept than it "
+                 "has mask columns (bc1 - bc0 + 1), so a rectangle of several mask rows with some blocks "
+                 "dropped runs whole: it has (br1 - br0 + 1) · (bc1 - bc0 + 1) blocks"),
+                ("block_mask:element_col_in_tile", dict(element_col_in_tile=True),
+                 "the per-element test reads the key's mask block from its column within the tile, "
+                 "(j - kv_start) / mb_cols, not from the key's own index: key j's block is j / mb_cols")]
+    for tm in tiles(ctx, "BLOCK_M"):
+        for tn in tiles(ctx, "BLOCK_N"):
+            for cid, how, text in variants:
+                vis = decided_visible(bm, block, n_q, n_k, (tm, tn), causal, **how)
+                if (getattr(ctx, "probe", None) or not np.array_equal(vis, truth)) and \
+                        matches(ctx, *attend(s, v, vis)):
+                    yield Cause(cid, f"{text} (the output matches that, with tiles of {tm} queries × {tn} keys).")
+                    return
+
+
 def block_flip_cause(ctx, s, v, limit: int = 24):
     """A few single mask blocks computed though masked or skipped though kept: found one query-block
     row at a time, then replayed on the whole output; the message names them."""
@@ -522,6 +591,7 @@ def diagnose(ctx):
     vis = visible(ctx.inputs["block_mask"], (p["mb_m"], p["mb_n"]), p["Nq"], p["Nk"], bool(p.get("causal")))
     yield from empty_row_cause(ctx, nan_only=True)
     yield from mask_causes(ctx, s, v)
+    yield from tile_decision_causes(ctx, s, v)
     yield from block_flip_cause(ctx, s, v)
     yield from empty_row_cause(ctx, nan_only=False)
     yield from skipped_rows_cause(ctx)
