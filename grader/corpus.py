@@ -19,13 +19,16 @@ from pathlib import Path
 EMULATOR = "emulator"     # the bug is named by the emulator's own fault report, not by a replay
 
 
-def blind_corpus(root: Path) -> list[tuple[str, Path, str | None, str]]:
-    """(exercise id, file, expected cause, the bug in words) for every kernel of tests/blind."""
+def blind_corpus(root: Path, batch: int | None = None) -> list[tuple[str, Path, str | None, str]]:
+    """(exercise id, file, expected cause, the bug in words) for every kernel of tests/blind, or for
+    one batch of it (bugs.json's "batch", 1 where absent: each batch was written at a different
+    time, and a later one measures replays the earlier ones may have shaped)."""
     out = []
     for folder in sorted(p for p in (root / "tests" / "blind").iterdir() if p.is_dir()):
         bugs = json.loads((folder / "bugs.json").read_text())
         for name in sorted(bugs):
-            out.append((folder.name, folder / name, bugs[name]["cause"], bugs[name]["bug"]))
+            if batch is None or bugs[name].get("batch", 1) == batch:
+                out.append((folder.name, folder / name, bugs[name]["cause"], bugs[name]["bug"]))
     return out
 
 

@@ -4,6 +4,7 @@ count, per module, the kernels it lets pass, names right, rejects without naming
     python scripts/verdicts.py blind          # tests/blind: written from the lessons and stubs alone
     python scripts/verdicts.py wrong          # every module's wrong versions (grader/tasks/*/wrong.py)
     python scripts/verdicts.py blind --only 03 --verbose
+    python scripts/verdicts.py blind --batch 2  # the second batch, written after the replays of the first
 
 "named" means the stated cause id is the bug's own replay (grader/corpus.py). Exit 1 when any
 kernel passes or any cause is named wrong.
@@ -29,10 +30,11 @@ def main() -> int:
     ap.add_argument("corpus", choices=("blind", "wrong"))
     ap.add_argument("--only", help="modules whose id starts with this")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--batch", type=int, help="blind corpus: only this batch (bugs.json's \"batch\", 1 where absent)")
     ap.add_argument("--verbose", action="store_true", help="print each kernel's verdict")
     args = ap.parse_args()
     if args.corpus == "blind":
-        items = [(ex, path, cause, bug) for ex, path, cause, bug in blind_corpus(ROOT)]
+        items = [(ex, path, cause, bug) for ex, path, cause, bug in blind_corpus(ROOT, args.batch)]
     else:
         from grader.wrong import all_wrong, write
         tmp = Path(tempfile.mkdtemp(prefix="verdicts-"))
