@@ -194,7 +194,10 @@ def recompute_causes(ctx):
 
 
 def delta_causes(ctx):
-    """D forgotten, or computed from the wrong arrays."""
+    """D forgotten, or computed from the wrong arrays; dS with its sign flipped."""
+    if _replay(ctx, dq_scale=-1.0, dk_scale=-1.0):
+        yield Cause("dS:sign", "dS has the wrong sign: dQ and dK are the negated truth and dV is right (the output "
+                "matches that). dS = P ∘ (dP - D), dP minus the row term D, not D - dP.")
     if _replay(ctx, delta=lambda p, dp, do, o, b, h: np.zeros(p.shape[0])):
         yield Cause("D:missing", "D is missing: dS = P ∘ dP, without the row term. The softmax's Jacobian subtracts "
                 "D_i = sum_j P_ij dP_ij = rowsum(dO ∘ O) from every dP_ij of row i: dS = P ∘ (dP - D).")

@@ -420,19 +420,33 @@ def mask_causes(ctx, s, v):
     return
 
 
+def _strided_reads(bm: np.ndarray, row_stride: int, col_stride: int) -> list[np.ndarray]:
+    """Each head's mask as a kernel reads it with these strides from the head's slab start. Reads
+    past the whole mask find the allocation's padding, 0 or not: one array for each (a fault, where
+    the emulator catches one, is the case's verdict before any replay)."""
+    nr, nc = bm.shape[-2:]
+    idx = (np.arange(bm.shape[0] * bm.shape[1]).reshape(bm.shape[:2])[..., None, None] * nr * nc
+           + np.arange(nr)[:, None] * row_stride + np.arange(nc)[None, :] * col_stride)
+    pads = (False, True) if idx.max() >= bm.size else (False,)
+    return [np.concatenate([bm.reshape(-1), np.full(idx.max() + 1, pad)])[idx] for pad in pads]
+
+
 def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mask=None,
-                    count_columns_only: bool = False, element_col_in_tile: bool = False) -> np.ndarray:
+                    count_columns_only: bool = False, element_col_in_tile: bool = False,
+                    element_col_block: int | None = None, pad: bool = False) -> np.ndarray:
     """[B, H, Nq, Nk]: what the module's kernel lets each query see, tile by tile: a key tile is
     skipped when no block of its rectangle is kept, runs the per-element block test when some are
     not (partial), and runs whole otherwise; the causal test applies everywhere. The variants are a
     student's misreadings: the rectangle's bytes read from `class_mask` (another layout), a tile
     called partial only when fewer blocks are kept than it has mask columns, and the per-element
-    test reading the key's column within its tile."""
+    test reading the key's column within its tile, or dividing it by `element_col_block` (reads past
+    the whole mask find `pad`, the allocation's padding)."""
     class_mask = bm if class_mask is None else class_mask
     tm, tn = tile
     off = n_k - n_q
     cm = R.causal_mask(n_q, n_k) if causal else np.ones((n_q, n_k), bool)
     vis = np.zeros(bm.shape[:2] + (n_q, n_k), bool)
+    slabs = np.arange(bm.shape[0] * bm.shape[1]).reshape(bm.shape[:2]) * bm.shape[-1] * bm.shape[-2]
     for q0 in range(0, n_q, tm):
         q1 = min(q0 + tm, n_q)
         r0, r1 = q0 // block[0], (q1 - 1) // block[0]
@@ -444,7 +458,10 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
             blocks = (c1 - c0 + 1) * (1 if count_columns_only else r1 - r0 + 1)
             partial = (kept < blocks)[..., None, None]
             cols = np.arange(k0, k1) - (k0 if element_col_in_tile else 0)
-            element = bm[..., (np.arange(q0, q1) // block[0])[:, None], (cols // block[1])[None, :]]
+            # Read as the kernel does, from the head's slab start: a column past the row reads on.
+            at = ((np.arange(q0, q1) // block[0])[:, None] * bm.shape[-1]
+                  + (cols // (element_col_block or block[1]))[None, :])
+            element = np.concatenate([bm.reshape(-1), np.full(at.max() + 1, pad)])[slabs[..., None, None] + at]
             vis[..., q0:q1, k0:k1] = (np.where(partial, element, True) & cm[q0:q1, k0:k1]
                                       & (kept > 0)[..., None, None])
     return vis
@@ -452,26 +469,31 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
 
 def tile_decision_causes(ctx, s, v):
     """The kernel's per-tile decision misread: the rectangle's bytes read with the row stride
-    n_mb_q, a tile called partial by a count of columns only, the per-element test reading the key's
-    column within its tile."""
+    n_mb_q or transposed, a tile called partial by a count of columns only, the per-element test
+    reading the key's column within its tile or dividing it by mb_rows."""
     p = ctx.params
     n_q, n_k, causal = p["Nq"], p["Nk"], bool(p.get("causal"))
     block = (p["mb_m"], p["mb_n"])
     bm = np.asarray(ctx.inputs["block_mask"]) != 0
     nr, nc = bm.shape[-2:]
     truth = visible(bm, block, n_q, n_k, causal)
-    strided = []
-    if nr != nc:
-        # Reads past the whole mask find the allocation's padding, 0 or not (a fault, where the
-        # emulator catches one, is the case's verdict before any replay).
-        idx = (np.arange(bm.shape[0] * bm.shape[1]).reshape(bm.shape[:2])[..., None, None] * nr * nc
-               + np.arange(nr)[:, None] * nr + np.arange(nc)[None, :])
-        for pad in ((False, True) if idx.max() >= bm.size else (False,)):
-            strided.append(np.concatenate([bm.reshape(-1), np.full(nr * nc, pad)])[idx])
-    variants = [("block_mask:row_stride_n_mb_q", dict(class_mask=alt),
-                 "the bytes of a tile's rectangle are read as mask[br · n_mb_q + bc], with the number of "
-                 "mask rows as the row stride: the mask of a head is n_mb_q rows of n_mb_k bytes, byte "
-                 "br · n_mb_k + bc") for alt in strided]
+    variants = []
+    for cid, (row_stride, col_stride), text in (
+            ("block_mask:row_stride_n_mb_q", (nr, 1),
+             "the bytes of a tile's rectangle are read as mask[br · n_mb_q + bc], with the number of mask "
+             "rows as the row stride: the mask of a head is n_mb_q rows of n_mb_k bytes, byte "
+             "br · n_mb_k + bc"),
+            ("block_mask:transposed", (1, nc),
+             "the bytes of a tile's rectangle are read transposed, mask[bc · n_mb_k + br], when the "
+             "kernel decides whether to skip the tile: byte br · n_mb_k + bc is query block br, key "
+             "block bc"),
+            ("block_mask:transposed", (1, nr),
+             "the bytes of a tile's rectangle are read transposed, mask[bc · n_mb_q + br], when the "
+             "kernel decides whether to skip the tile: byte br · n_mb_k + bc is query block br, key "
+             "block bc")):
+        if (row_stride, col_stride) == (nc, 1):
+            continue
+        variants += [(cid, dict(class_mask=alt), text) for alt in _strided_reads(bm, row_stride, col_stride)]
     variants += [("block_mask:partial_count_columns", dict(count_columns_only=True),
                  "a tile is called partial only when fewer of its rectangle's blocks are kept than it "
                  "has mask columns (bc1 - bc0 + 1), so a rectangle of several mask rows with some blocks "
@@ -479,6 +501,10 @@ def tile_decision_causes(ctx, s, v):
                 ("block_mask:element_col_in_tile", dict(element_col_in_tile=True),
                  "the per-element test reads the key's mask block from its column within the tile, "
                  "(j - kv_start) / mb_cols, not from the key's own index: key j's block is j / mb_cols")]
+    if block[0] != block[1]:
+        variants += [("block_mask:element_col_by_rows", dict(element_col_block=block[0], pad=pad),
+                      "the per-element test divides the key's index by mb_rows, mask_i[j / mb_rows]: "
+                      "key j's mask block is j / mb_cols") for pad in (False, True)]
     for tm in tiles(ctx, "BLOCK_M"):
         for tn in tiles(ctx, "BLOCK_N"):
             for cid, how, text in variants:
@@ -487,6 +513,52 @@ def tile_decision_causes(ctx, s, v):
                         matches(ctx, *attend(s, v, vis)):
                     yield Cause(cid, f"{text} (the output matches that, with tiles of {tm} queries × {tn} keys).")
                     return
+
+
+def unguarded_rows(bm, block, n_q: int, n_k: int, tile, causal: bool) -> np.ndarray:
+    """[B, H, Nq]: the rows that run a tile in which they see no key before any tile in which they
+    see one. Without the guard (m_use = 0 while m_new is -INFINITY) such a tile gives
+    exp2(-inf - (-inf)) = NaN, which stays in l and acc."""
+    vis = visible(bm, block, n_q, n_k, causal)
+    tm, tn = tile
+    nan = np.zeros(bm.shape[:2] + (n_q,), bool)
+    seen = np.zeros_like(nan)
+    for q0 in range(0, n_q, tm):
+        q1 = min(q0 + tm, n_q)
+        r0, r1 = q0 // block[0], (q1 - 1) // block[0]
+        kv_end = min(n_k, q1 + n_k - n_q) if causal else n_k
+        for k0 in range(0, kv_end, tn):
+            c0, c1 = k0 // block[1], (min(k0 + tn, n_k) - 1) // block[1]
+            runs = bm[..., r0:r1 + 1, c0:c1 + 1].any(axis=(-1, -2))[..., None]     # the tile is not skipped
+            sees = vis[..., q0:q1, k0:k0 + tn].any(axis=-1)
+            nan[..., q0:q1] |= runs & ~seen[..., q0:q1] & ~sees
+            seen[..., q0:q1] |= runs & sees
+    return nan
+
+
+def guard_cause(ctx):
+    """The -INFINITY guard of the exponent missing: rows that meet a tile where they see no key
+    before their first key are NaN, and every other row is right. Where those are just the rows
+    with no key at all, empty_rows:nan says the same, and both are stated."""
+    p = ctx.params
+    n_q, n_k, causal = p["Nq"], p["Nk"], bool(p.get("causal"))
+    block = (p["mb_m"], p["mb_n"])
+    bm = np.asarray(ctx.inputs["block_mask"]) != 0
+    for tm in tiles(ctx, "BLOCK_M"):
+        for tn in tiles(ctx, "BLOCK_N"):
+            nan = unguarded_rows(bm, block, n_q, n_k, (tm, tn), causal)
+            if not nan.any():
+                continue
+            o_alt = np.where(nan[..., None], np.nan, ctx.ref["o"])
+            lse_alt = np.where(nan, np.nan, ctx.ref["lse"])
+            if matches(ctx, o=o_alt, lse=lse_alt):
+                yield Cause("softmax:no_guard", (
+                    f"the rows that run a tile in which they see no key, before their first visible key, "
+                    f"are NaN in o and lse, and every other row is right (the output matches that, with "
+                    f"tiles of {tm} queries × {tn} keys): there m_new is still -INFINITY, and "
+                    "exp2(s - m_new) = exp2(-inf + inf) = NaN enters l and acc. Subtract 0 while m_new is "
+                    "-INFINITY (m_use), so that the masked scores give exp2(-inf) = 0."))
+                return
 
 
 def block_flip_cause(ctx, s, v, limit: int = 24):
@@ -592,6 +664,7 @@ def diagnose(ctx):
     yield from empty_row_cause(ctx, nan_only=True)
     yield from mask_causes(ctx, s, v)
     yield from tile_decision_causes(ctx, s, v)
+    yield from guard_cause(ctx)
     yield from block_flip_cause(ctx, s, v)
     yield from empty_row_cause(ctx, nan_only=False)
     yield from skipped_rows_cause(ctx)

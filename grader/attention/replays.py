@@ -404,7 +404,11 @@ def setup_causes(ctx, visible=None):
                     f"h_kv = h / (H / Hkv)."))
     d, given = p["d"], ctx.inputs["scale"]
     wrong = [("scale:none", "no scale", 1.0), ("scale:twice", "scale applied twice", given ** 2),
-             ("scale:1/d", "1/d instead of 1/sqrt(d)", 1.0 / d)]
+             ("scale:1/d", "1/d instead of 1/sqrt(d)", 1.0 / d),
+             ("scale:exp2_without_log2e", "scale · ln 2: scores scaled by scale alone, then exponentiated "
+              "with exp2, which needs scale · log2(e)", given * math.log(2.0)),
+             ("scale:exp_with_log2e", "scale · log2(e): scores scaled for exp2, then exponentiated with "
+              "exp, which needs scale alone", given / math.log(2.0))]
     if abs(given - 1.0 / math.sqrt(d)) > 1e-6 * given:
         wrong.insert(0, ("scale:ignored", "", 1.0 / math.sqrt(d)))
     for cid, name, sc in wrong:
@@ -699,11 +703,14 @@ def split_causes(ctx, kv_cache_fn):
     table = ctx.inputs.get("block_table")          # a paged cache's capacity: max_pages · page_size
     L = np.shape(table)[1] * ctx.inputs["k_pages"].shape[1] if table is not None else k.shape[2]
     finite_out = np.isfinite(ctx.out["o"]).all()
+    # A passing case probes every split size, one split too: where a combine bug predicts the
+    # right answer (one split, or a chunk that divides the context) it is not refuted there.
+    probe = getattr(ctx, "probe", None)
     named = set()
     for chunk in split_sizes(ctx, L):
         o_part, lse_part = R.decode_partials(q, k, v, lens, chunk, scale)
         several = (np.isfinite(lse_part).sum(axis=-1) > 1).any()
-        if several and finite_out and "combine:sign" not in named:
+        if (several or probe) and finite_out and "combine:sign" not in named:
             flipped = np.where(np.isfinite(lse_part), -lse_part, -np.inf)
             o_alt, _ = R.combine_partials(o_part, flipped)
             if matches(ctx, o=o_alt):
@@ -733,7 +740,31 @@ def split_causes(ctx, kv_cache_fn):
                     f"splits of {chunk} keys): a lane that read no split keeps -INFINITY, its weights "
                     "exp(lse_s - lse_max) overflow and its part of o is inf / inf = NaN. Reduce lse_max "
                     "over the warp (a __shfl_xor_sync butterfly) before any lane uses it."))
-        if several and "combine:lse_no_max" not in named:
+        if (several or probe) and "combine:exp2" not in named:
+            # The weights exp2(lse_s - lse_max) of natural-log lse_s: base 2 where e is due.
+            with np.errstate(invalid="ignore"):
+                top = np.max(lse_part, axis=-1)
+            o_alt, lse2 = R.combine_partials(o_part, lse_part * math.log(2.0))
+            if matches(ctx, o=o_alt, lse=np.where(np.isfinite(top), lse2 + top * (1 - math.log(2.0)), -np.inf)):
+                named.add("combine:exp2")
+                yield Cause("combine:exp2", (
+                    f"the combine weighs the splits by exp2(lse_s - lse_max), but each lse_s is a natural "
+                    f"log (the output matches that, with splits of {chunk} keys): the weight is "
+                    "expf(lse_s - lse_max)."))
+        used = lens // chunk
+        if ((used * chunk != lens).any() or probe) and "split_count:floor" not in named:
+            # The combine's count of used splits rounded down: a context's last, partial split is
+            # left out, and a context shorter than one split counts none (o = 0, lse = -inf).
+            kept = np.arange(lse_part.shape[-1])[None, None, :] < used[:, None, None]
+            o_alt, lse_alt = R.combine_partials(np.where(kept[..., None], o_part, 0.0), np.where(kept, lse_part, -np.inf))
+            if matches(ctx, o=o_alt, lse=lse_alt):
+                named.add("split_count:floor")
+                yield Cause("split_count:floor", (
+                    f"the combine leaves out each context's last, partial split (the output matches "
+                    f"used = context_lens[b] / chunk, rounded down, with splits of {chunk} keys): a "
+                    "context shorter than one split counts none. The splits that hold keys are "
+                    "cdiv(context_lens[b], chunk)."))
+        if (several or probe) and "combine:lse_no_max" not in named:
             with np.errstate(invalid="ignore"):
                 top = np.max(lse_part, axis=-1)
             if matches(ctx, lse=np.where(np.isfinite(top), ctx.ref["lse"] - top, -np.inf)):
@@ -741,7 +772,7 @@ def split_causes(ctx, kv_cache_fn):
                 yield Cause("combine:lse_no_max", (
                     f"the combined lse is missing lse_max (the output matches log(sum_s exp(lse_s - "
                     f"lse_max)) with splits of {chunk} keys): lse = lse_max + log(sum)."))
-        if several and "lse:log2" not in named:
+        if (several or probe) and "lse:log2" not in named:
             o_alt, lse_alt = R.combine_partials(o_part, lse_part / math.log(2.0))
             if matches(ctx, o=o_alt, lse=lse_alt) or matches(ctx, o=o_alt):
                 named.add("lse:log2")

@@ -176,6 +176,8 @@ def boundary_causes(ctx):
                                      "on this case: check that too.)" if same else ""))
     # Keys found through the query offsets, or counted by the query lengths.
     wrong_keys = [("k_begin = cu_seqlens_q[b] (the query offsets)", lambda b: (sp[b][0], sp[b][3])),
+                  ("k_begin = cu_seqlens_q[b] and n_k = cu_seqlens_k[b + 1] - k_begin",
+                   lambda b: (sp[b][0], max(0, sp[b][2] + sp[b][3] - sp[b][0]))),
                   ("n_k = n_q (the query length)", lambda b: (sp[b][2], sp[b][1])),
                   ("the query offsets and lengths (cu_seqlens_q for the keys too)", lambda b: (sp[b][0], sp[b][1]))]
     for what, keys in wrong_keys:
