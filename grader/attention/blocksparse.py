@@ -505,14 +505,17 @@ def tile_decision_causes(ctx, s, v):
         variants += [("block_mask:element_col_by_rows", dict(element_col_block=block[0], pad=pad),
                       "the per-element test divides the key's index by mb_rows, mask_i[j / mb_rows]: "
                       "key j's mask block is j / mb_cols") for pad in (False, True)]
+    said = set()
     for tm in tiles(ctx, "BLOCK_M"):
         for tn in tiles(ctx, "BLOCK_N"):
             for cid, how, text in variants:
+                if cid in said:
+                    continue
                 vis = decided_visible(bm, block, n_q, n_k, (tm, tn), causal, **how)
                 if (getattr(ctx, "probe", None) or not np.array_equal(vis, truth)) and \
                         matches(ctx, *attend(s, v, vis)):
+                    said.add(cid)
                     yield Cause(cid, f"{text} (the output matches that, with tiles of {tm} queries × {tn} keys).")
-                    return
 
 
 def unguarded_rows(bm, block, n_q: int, n_k: int, tile, causal: bool) -> np.ndarray:
@@ -547,7 +550,7 @@ def guard_cause(ctx):
     for tm in tiles(ctx, "BLOCK_M"):
         for tn in tiles(ctx, "BLOCK_N"):
             nan = unguarded_rows(bm, block, n_q, n_k, (tm, tn), causal)
-            if not nan.any():
+            if not nan.any() and not getattr(ctx, "probe", None):
                 continue
             o_alt = np.where(nan[..., None], np.nan, ctx.ref["o"])
             lse_alt = np.where(nan, np.nan, ctx.ref["lse"])

@@ -442,11 +442,12 @@ def tile_limits(n_q, n_k, block_m, block_n, row_of_tile):
     kv_end = np.clip(row_of_tile(first, last) + offset + 1, 0, n_k)
     return np.minimum(-(-kv_end // block_n) * block_n, n_k)     # whole key tiles
 
-def diagonal_tiles_masked(n_q, n_k, block_m, block_n, limit):
+def diagonal_tiles_masked(n_q, n_k, block_m, block_n, limit, straddle_row="first"):
     """[n_q, n_k] visibility of a kernel that loops over the key tiles up to its query tile's
     kv_end = min(n_k, last + offset + 1) and applies its per-element test, j < limit(i), only in the
     tiles that straddle the diagonal or hold the last, partial key tile: the tiles below the
-    diagonal are taken whole."""
+    diagonal are taken whole. A tile straddles the diagonal when its last key lies past what the
+    query tile's first row sees (straddle_row="last": what its last row sees, a bug)."""
     offset = n_k - n_q
     i, j = np.arange(n_q)[:, None], np.arange(n_k)[None, :]
     first = (i // block_m) * block_m
@@ -454,7 +455,8 @@ def diagonal_tiles_masked(n_q, n_k, block_m, block_n, limit):
     kv_end = np.clip(last + offset + 1, 0, n_k)
     tile = (j // block_n) * block_n
     visited = tile < kv_end
-    tested = (tile + block_n - 1 > first + offset) | (tile + block_n > n_k)
+    row = first if straddle_row == "first" else last
+    tested = (tile + block_n - 1 > row + offset) | (tile + block_n > n_k)
     return visited & np.where(tested, j < np.asarray(limit(np.arange(n_q)))[:, None], True)
 
 
@@ -500,6 +502,17 @@ def mask_causes(ctx, s, v):
                     f"keys above the diagonal are counted inside the diagonal tiles (the output matches "
                     f"{sizes}, unmasked). Tiles that straddle the diagonal need the per-element test: "
                     f"s = -INFINITY where j > i + (Nk - Nq)."))
+            # The diagonal tiles told by the query tile's last row: some run without the test.
+            vis = diagonal_tiles_masked(n_q, n_k, bm, bn, lambda r: r + offset + 1, straddle_row="last")
+            if (getattr(ctx, "probe", None) or not np.array_equal(vis, R.causal_mask(n_q, n_k))) and \
+                    matches(ctx, *attend(s, v, vis)):
+                yield Cause("mask:diagonal_test_last_row", (
+                    f"some tiles that straddle the diagonal run without the per-element test (the "
+                    f"output matches a test for the diagonal tiles that uses the query tile's last row, "
+                    f"kv_start + BLOCK_N - 1 > q_last + offset, with tiles of {bm} queries × {bn} keys): "
+                    "the first rows of such a tile then see keys above the diagonal. A tile needs the "
+                    "test when its last key lies past what its FIRST row sees: kv_start + BLOCK_N - 1 > "
+                    "q_start + offset."))
             # The loop over key tiles bounded by the first row of the query tile instead of the last.
             lim = np.minimum(i + offset + 1, tile_limits(n_q, n_k, bm, bn, lambda first, last: first))
             if matches(ctx, *attend(s, v, visible_where(n_q, n_k, np.maximum(lim, 0)))):
@@ -522,6 +535,27 @@ def mask_causes(ctx, s, v):
                     f"runs the tile holding the diagonal, with tiles of {bn} keys): the number of key "
                     f"tiles a query tile needs is ceil(kv_end / BLOCK_N), kv_end = min(Nk, last_row + "
                     f"(Nk - Nq) + 1)."))
+
+
+def noncausal_mask_causes(ctx, s, v):
+    """A call with causal = false that still masks j > i + (Nk - Nq): everywhere, or (a per-element
+    test without its `causal &&`) only in the tiles that run that test, the last, partial key tile."""
+    n_q, n_k = ctx.params["Nq"], ctx.params["Nk"]
+    i, j = np.arange(n_q)[:, None], np.arange(n_k)[None, :]
+    above = j > i + (n_k - n_q)
+    shown = [(~above, "everywhere")]
+    for bn in tiles(ctx, "BLOCK_N"):
+        if n_k % bn or getattr(ctx, "probe", None):
+            shown.append((~(above & (j >= n_k // bn * bn)),
+                          f"in the last, partial key tile (tiles of {bn} keys), the one that runs the "
+                          "per-element test"))
+    for vis, where in shown:
+        if matches(ctx, *attend(s, v, vis)):
+            yield Cause("mask:causal_when_not_causal", (
+                f"the causal mask is applied although causal is false (the output matches keys j > i + "
+                f"(n_k - n_q) masked {where}): the per-element test must mask that only when causal "
+                "is set, causal && j > i + offset."))
+            return
 
 
 def empty_row_causes(ctx):
@@ -854,13 +888,24 @@ def warp_key_causes(ctx, k, v, lens):
                      ("split_keys:step:KEYS_PER_STEP", lambda w: w * KPS, "start + w·KEYS_PER_STEP", KPS, "KEYS_PER_STEP"),
                      ("split_keys:step:WARPS", lambda w: w * KPS, "start + w·KEYS_PER_STEP", W, "WARPS"),
                      ("split_keys:start:warp", lambda w: w, "start + w", W * KPS, "WARPS·KEYS_PER_STEP"))]
+    variants.append(("split_keys:start:0",
+                     "every split starts at key 0, not at its own start: split s attends to keys 0 .. end - 1 "
+                     "(the output matches that). Warp w's first key is start + w·KEYS_PER_STEP, with start = "
+                     "s · chunk", dict(start=lambda w: w * KPS, step=W * KPS, from_zero=True)))
+    probe = getattr(ctx, "probe", None)
+    said = set()
     for chunk in split_sizes(ctx, L):
         for cid, text, how in variants:
+            if cid in said:
+                continue
+            how = dict(how)
+            from_zero = how.pop("from_zero", False)
             weight = np.zeros((B, L))
             for b in range(B):
                 for lo, hi in R.split_ranges(int(lens[b]), chunk):
-                    weight[b, lo:hi] = split_key_counts(hi - lo, W, KPS, **how)
-            if np.array_equal(weight, np.arange(L) < lens[:, None]):
+                    first = 0 if from_zero else lo
+                    weight[b, first:hi] += split_key_counts(hi - first, W, KPS, **how)
+            if not probe and np.array_equal(weight, np.arange(L) < lens[:, None]):
                 continue                        # this case cannot tell the variant from the right loop
             kk, vv = np.asarray(k, np.float64)[:, heads], np.asarray(v, np.float64)[:, heads]
             sc = scale * np.einsum("bhd,bhjd->bhj", np.asarray(q, np.float64), kk)
@@ -872,8 +917,8 @@ def warp_key_causes(ctx, k, v, lens):
                 o_alt = np.where(total[..., None] > 0, np.einsum("bhj,bhjd->bhd", e, vv) / total[..., None], 0.0)
                 lse_alt = np.where(total > 0, top[..., 0] + np.log(total), -np.inf)
             if matches(ctx, o=o_alt, lse=lse_alt):
+                said.add(cid)
                 yield Cause(cid, f"{text} (the output matches that, with splits of {chunk} keys).")
-                return
 
 
 def combine_lane_max(o_part, lse_part, lanes: int = 32):

@@ -181,7 +181,7 @@ def boundary_causes(ctx):
                   ("n_k = n_q (the query length)", lambda b: (sp[b][2], sp[b][1])),
                   ("the query offsets and lengths (cu_seqlens_q for the keys too)", lambda b: (sp[b][0], sp[b][1]))]
     for what, keys in wrong_keys:
-        if any(keys(b)[0] + keys(b)[1] > total_k for b in range(len(sp))):
+        if any(keys(b)[1] and keys(b)[0] + keys(b)[1] > total_k for b in range(len(sp))):
             continue
         if all(keys(b) == (sp[b][2], sp[b][3]) for b in range(len(sp))):
             continue
@@ -293,6 +293,8 @@ def diagnose(ctx):
         found = []
         if causal:
             found += list(replays.empty_row_causes(sub)) + list(replays.mask_causes(sub, s, v))
+        else:
+            found += list(replays.noncausal_mask_causes(sub, s, v))
         found += list(replays.prefill_causes(sub, s, v, visible))
         return {c.id: c.text for c in found}
 
