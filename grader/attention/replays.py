@@ -388,11 +388,35 @@ def head_causes(ctx, visible=None):
                 "missing its head offset (h · N · d, h_kv · N · d for k and v)."))
 
 
+def restrided(x, row_stride: int) -> np.ndarray:
+    """x [B, H, N, d] as a kernel reads it with rows row_stride elements apart (d is right) from
+    each head's start: element (j, c) at j · row_stride + c. Reads past the array find 0 (the
+    emulator faults there first)."""
+    x = np.asarray(x, np.float64)
+    B, H, N, d = x.shape
+    flat = np.concatenate([x.reshape(-1), np.zeros(N * d)])
+    idx = (np.arange(B * H).reshape(B, H)[..., None, None] * N * d
+           + np.arange(N)[:, None] * row_stride + np.arange(d)[None, :])
+    return flat[idx]
+
+
+def stride_causes(ctx, visible=None):
+    """q, k or v read with the row stride 1 (x[j + c]) instead of d (x[j · d + c])."""
+    for name in ("q", "k", "v"):
+        alt = dict(ctx.inputs)
+        alt[name] = restrided(ctx.inputs[name], 1)
+        if matches(ctx, *attend(*scores(alt), visible)):
+            yield Cause(f"index_stride:{name}:1", (
+                f"{name} is read with rows 1 element apart, {name}[j + c], instead of d apart (the output "
+                f"matches that): row j of {name} starts at j · d, element c of it is {name}[j · d + c]."))
+
+
 def setup_causes(ctx, visible=None):
     """Bugs of the indexing: the batch and head offsets, the kv head of a query head, the scale."""
     p = ctx.params
     yield from batch_causes(ctx, visible)
     yield from head_causes(ctx, visible)
+    yield from stride_causes(ctx, visible)
     if p["H"] != p["Hkv"]:
         for name, mapping in (("h % Hkv", lambda h, H, Hkv: h % Hkv), ("h", lambda h, H, Hkv: min(h, Hkv - 1)),
                               ("0", lambda h, H, Hkv: 0)):
@@ -846,7 +870,8 @@ def split_causes(ctx, kv_cache_fn):
                         "last key is left out): a split covers keys start <= j < end with end = "
                         "min(start + chunk, context_lens[b])."))
                     break
-    yield from warp_key_causes(ctx, k, v, lens)
+    yield from warp_key_causes(ctx, k, v, lens, split_sizes(ctx, L))
+    yield from warp_merge_causes(ctx, k, v, lens, split_sizes(ctx, L))
 
 
 def split_key_counts(length: int, warps: int, step_keys: int, start, step, skip_warp=None) -> np.ndarray:
@@ -862,7 +887,7 @@ def split_key_counts(length: int, warps: int, step_keys: int, start, step, skip_
     return counts
 
 
-def warp_key_causes(ctx, k, v, lens):
+def warp_key_causes(ctx, k, v, lens, chunks):
     """The partial kernel's key loop with the wrong start or step, or a merge that skips one warp:
     keys counted twice or not at all, in a pattern fixed by WARPS and KEYS_PER_STEP."""
     config = kernel_config(getattr(ctx, "config", None), ctx.params)
@@ -894,7 +919,7 @@ def warp_key_causes(ctx, k, v, lens):
                      "s · chunk", dict(start=lambda w: w * KPS, step=W * KPS, from_zero=True)))
     probe = getattr(ctx, "probe", None)
     said = set()
-    for chunk in split_sizes(ctx, L):
+    for chunk in chunks:
         for cid, text, how in variants:
             if cid in said:
                 continue
@@ -919,6 +944,52 @@ def warp_key_causes(ctx, k, v, lens):
             if matches(ctx, o=o_alt, lse=lse_alt):
                 said.add(cid)
                 yield Cause(cid, f"{text} (the output matches that, with splits of {chunk} keys).")
+
+
+def warp_merge_causes(ctx, k, v, lens, chunks):
+    """The merge of the WARPS states of a split with one weight left out: l summed as it is, or acc,
+    where each must be rescaled from its warp's max to the block's, exp(m_w - m_blk)."""
+    config = kernel_config(getattr(ctx, "config", None), ctx.params)
+    W, KPS = config.get("WARPS"), config.get("KEYS_PER_STEP")
+    if not (isinstance(W, int) and isinstance(KPS, int)) or W < 2:
+        return
+    q, scale = np.asarray(ctx.inputs["q"], np.float64), ctx.inputs["scale"]
+    B, H, d = q.shape
+    Hkv = k.shape[1]
+    heads = [R.kv_head_of(h, H, Hkv) for h in range(H)]
+    kk, vv = np.asarray(k, np.float64)[:, heads], np.asarray(v, np.float64)[:, heads]      # [B, H, L, d]
+    variants = (("merge:l_unweighted", "l", "the l"), ("merge:acc_unweighted", "acc", "the acc"))
+    for chunk in chunks:
+        if chunk <= KPS:
+            continue                        # one warp's keys per split: nothing to merge
+        n_splits = max(1, -(-int(np.max(lens)) // chunk))
+        parts = {cid: (np.zeros((B, H, n_splits, d)), np.full((B, H, n_splits), -np.inf)) for cid, *_ in variants}
+        for b in range(B):
+            for sp, (lo, hi) in enumerate(R.split_ranges(int(lens[b]), chunk)):
+                sc = scale * np.einsum("hd,hjd->hj", q[b], kk[b, :, lo:hi])                 # [H, n]
+                warp = (np.arange(hi - lo) // KPS) % W
+                m = np.stack([sc[:, warp == w].max(axis=-1, initial=-np.inf) for w in range(W)], -1)   # [H, W]
+                safe = np.where(np.isfinite(m), m, 0.0)
+                e = [np.exp(sc[:, warp == w] - safe[:, w:w + 1]) for w in range(W)]
+                l_w = np.stack([x.sum(axis=-1) for x in e], -1)                             # [H, W]
+                acc_w = np.stack([np.einsum("hj,hjd->hd", x, vv[b, :, lo:hi][:, warp == w])
+                                  for w, x in enumerate(e)], 1)                             # [H, W, d]
+                m_blk = m.max(axis=-1, keepdims=True)
+                alpha = np.exp(m - m_blk)                                                     # 0 for empty warps
+                for cid, which, _ in variants:
+                    l_sum = l_w.sum(-1) if which == "l" else (alpha * l_w).sum(-1)
+                    acc = (acc_w.sum(1) if which == "acc" else (alpha[..., None] * acc_w).sum(1))
+                    parts[cid][0][b, :, sp] = acc / l_sum[:, None]
+                    parts[cid][1][b, :, sp] = m_blk[:, 0] + np.log(l_sum)
+        for cid, which, what in variants:
+            o_alt, lse_alt = R.combine_partials(*parts[cid])
+            if matches(ctx, o=o_alt, lse=lse_alt):
+                yield Cause(cid, (
+                    f"the merge of the {W} warps' states adds {what} of each warp without its weight "
+                    f"exp(m_w - m_blk) (the output matches that, with splits of {chunk} keys): each warp's "
+                    "l and acc are relative to its own max m_w, so both must be rescaled to the block's "
+                    "max before they are added."))
+                return
 
 
 def combine_lane_max(o_part, lse_part, lanes: int = 32):
