@@ -18,7 +18,7 @@ import numpy as np
 from ..spec import Cause, Seen
 from . import references as R
 from .inputs import attention_inputs
-from .replays import MATCH
+from .replays import MATCH, tiles
 
 OUTPUTS = ("dq", "dk", "dv")
 
@@ -247,6 +247,18 @@ def accumulation_causes(ctx):
             if _replay(ctx, heads=heads):
                 yield Cause("gqa:not_summed", f"dK and dV hold {what}. With GQA, H / Hkv = {H // Hkv} query heads share a kv head, so "
                         f"its dK and dV are the sums over those heads: accumulate all of them before storing.")
+    # Both halves of a query tile's dQ rows added at the first half's rows: those rows get twice
+    # their dQ and the second half none.
+    dq = ctx.ref["dq"]
+    for bm in tiles(ctx, "BLOCK_M"):
+        first_half = (np.arange(dq.shape[2]) % bm) < bm // 2
+        alt = dict(dq=dq * np.where(first_half, 2.0, 0.0)[:, None], dk=ctx.ref["dk"], dv=ctx.ref["dv"])
+        if bm < 2 * dq.shape[2] and _matches(ctx, alt):
+            yield Cause("dq:rows_first_half_twice", (
+                f"in each query tile of {bm} rows, the first {bm // 2} rows hold twice their dQ and the other "
+                f"{bm - bm // 2} none (the output matches that): the dQ store adds the second half's rows at "
+                "the first half's. Thread (qi, half) owns rows qi + (2 · r + half) · ROW_GROUPS: use the "
+                "same row in the dS read and in the atomicAdd."))
     for name, kw in (("dQ", "dq_scale"), ("dK", "dk_scale")):
         for factor, what in ((1.0 / ctx.inputs["scale"], "without the scale"), (ctx.inputs["scale"], "with the scale twice")):
             if _replay(ctx, **{kw: factor}):

@@ -64,10 +64,13 @@ def attend(s, v, visible=None):
     return p @ v, lse
 
 
-def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_max=False, first_zero=False):
-    """The online softmax over key tiles, as a kernel runs it, with the rescale optionally left out,
-    or (stale_max) each tile's P taken against the max before the tile (0 before the first), or
-    (first_zero) a row's first tile with a visible key taken against 0 instead of its max."""
+def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_max=False, first_zero=False,
+             p_for_acc=None):
+    """The online softmax over key tiles, as a kernel runs it, with the rescale optionally left out
+    (rescale_acc may also be a mask over acc's columns: those rescaled), or (stale_max) each tile's P
+    taken against the max before the tile (0 before the first), or (first_zero) a row's first tile
+    with a visible key taken against 0 instead of its max. p_for_acc(p) is the P the second product
+    reads (rounded to the input type, or rearranged), where l sums p itself."""
     if visible is not None:
         s = np.where(visible, s, -np.inf)
     shape = s.shape[:-1]
@@ -86,7 +89,9 @@ def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_m
             # (or overflows to inf) there, and that is what a bug with the wrong shift gives.
             p = np.exp((st - shift[..., None]).astype(np.float32)).astype(np.float64)
             l = (l * alpha if rescale_l else l) + p.sum(axis=-1)
-            acc = (acc * alpha[..., None] if rescale_acc else acc) + p @ v[..., start:start + tile, :]
+            factor = np.where(rescale_acc, alpha[..., None], 1.0)
+            pv = p if p_for_acc is None else p_for_acc(p)
+            acc = acc * factor + pv @ v[..., start:start + tile, :]
             m = m_new
         o = np.where(l[..., None] > 0, acc / np.where(l > 0, l, 1.0)[..., None], 0.0)
         lse = np.where(l > 0, m + np.log(np.where(l > 0, l, 1.0)), -np.inf)
@@ -161,7 +166,7 @@ def prefill_causes(ctx, s, v, visible=None):
     yield from setup_causes(ctx, visible)
 
 
-def _unwritten(ctx, name) -> np.ndarray:
+def unwritten_mask(ctx, name) -> np.ndarray:
     c = ctx.cmp.get(name)
     mask = getattr(c, "unwritten", None)
     return np.asarray(mask) if mask is not None else is_poison(ctx.out[name])
@@ -192,8 +197,8 @@ def early_return_causes(ctx):
                 continue
             if not rows.any():
                 continue
-            o_gone = _unwritten(ctx, "o").all(axis=-1)          # [B, H, Nq]
-            lse_gone = _unwritten(ctx, "lse")
+            o_gone = unwritten_mask(ctx, "o").all(axis=-1)          # [B, H, Nq]
+            lse_gone = unwritten_mask(ctx, "lse")
             want = np.broadcast_to(rows, lse_gone.shape)
             if not (np.array_equal(o_gone, want) and np.array_equal(lse_gone, want)):
                 continue
@@ -544,6 +549,18 @@ def mask_causes(ctx, s, v):
                     f"the loop over key tiles stops too early (the output matches a loop bounded by the "
                     f"first row of each query tile{f' of {bm}' if bm < n_q else ''}). The last row of "
                     "the query tile sees the most keys: kv_end = min(Nk, last_row + (Nk - Nq) + 1)."))
+            # kv_end from the last row of the query tile at the other end of the grid: q_last
+            # counted forward from blockIdx.x while q_start counts the tiles backwards.
+            n_tiles = -(-n_q // bm)
+            lim = np.minimum(i + offset + 1, tile_limits(
+                n_q, n_k, bm, bn, lambda first, last: np.minimum((n_tiles - first // bm) * bm, n_q) - 1))
+            if n_tiles > 1 and matches(ctx, *attend(s, v, visible_where(n_q, n_k, np.maximum(lim, 0)))):
+                yield Cause("key_tiles_end:mirrored_tile", (
+                    f"each query tile's loop over key tiles ends where the tile at the other end of the grid "
+                    f"should (the output matches kv_end computed from the last row of query tile "
+                    f"gridDim.x - 1 - t, tiles of {bm} queries): q_last must come from this tile's own "
+                    "q_start, q_last = min(q_start + BLOCK_M, n_q) - 1, whatever order the tiles are "
+                    "numbered in."))
             lim = np.minimum(i + offset + 1, tile_limits(n_q, n_k, bm, bn, lambda first, last: last - 1))
             if matches(ctx, *attend(s, v, visible_where(n_q, n_k, np.maximum(lim, 0)))):
                 yield Cause("key_tiles_end:-1", (
@@ -697,8 +714,8 @@ def decode_diagnose(ctx, kv_cache_fn):
     # combine copies into o and lse (an empty context writes o = 0 itself). Stated only for a
     # writer other than kv head 0, whose stand a grid missing its other kv heads leaves as well.
     gone = (np.arange(H) >= group)[None, :] & live[:, None]                   # [B, H]
-    if gone.any() and np.array_equal(_unwritten(ctx, "lse"), gone) and \
-            np.array_equal(_unwritten(ctx, "o").all(axis=-1), gone):
+    if gone.any() and np.array_equal(unwritten_mask(ctx, "lse"), gone) and \
+            np.array_equal(unwritten_mask(ctx, "o").all(axis=-1), gone):
         kept = ~gone
         for kv in range(1, Hkv):
             src = np.where(np.arange(H) < group, kv * group + np.arange(H), np.arange(H))

@@ -12,7 +12,7 @@ import dataclasses
 
 import numpy as np
 
-from ...attention import lowp, replays, weights
+from ...attention import fragments, lowp, replays, weights
 from ...attention import references as R
 from ...attention.inputs import attention_inputs
 from ...spec import Case, Tolerance
@@ -94,4 +94,7 @@ def diagnose(ctx):
         yield from replays.empty_row_causes(ctx)
         yield from replays.mask_causes(ctx, s, v)
     yield from replays.prefill_causes(ctx, s, v, visible)
+    yield from fragments.operand_causes(ctx, visible)
+    yield from fragments.row_sum_causes(ctx, s, v, visible)
+    yield from fragments.streaming_causes(ctx, s, v, visible)
     yield from weights.observation(weights.prefill_rows(ctx, s, v, visible), noise=ctx.noise)

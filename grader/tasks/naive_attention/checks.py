@@ -1,10 +1,12 @@
 """Checks for 00_naive_attention: attention with GQA, no mask, materialised scores."""
 from __future__ import annotations
 
+import numpy as np
+
 from ...attention import replays, weights
 from ...attention.calls import prefill_call, prefill_reference
 from ...attention.inputs import attention_inputs, attention_shapes
-from ...spec import F32, Case
+from ...spec import F32, Case, Cause
 
 CASES = attention_shapes() + [
     Case("n_256", dict(B=1, H=1, Hkv=1, Nq=256, Nk=256, d=64)),
@@ -25,8 +27,29 @@ def diagnose(ctx):
     # The same replayed bugs as FlashAttention's, minus the tiling: a forgotten 1/l, lse's units,
     # the exponent, the key range, the indexing, the scale.
     s, v = replays.scores(ctx.inputs)
+    yield from softmax_rows_cause(ctx, s, v)
     yield from replays.output_causes(ctx, s, v)
     yield from replays.exponent_causes(ctx, s, v)
     yield from replays.key_range_causes(ctx, s, v)
     yield from replays.setup_causes(ctx)
     yield from weights.observation(weights.prefill_rows(ctx, s, v))
+
+
+def softmax_rows_cause(ctx, s, v):
+    """The softmax kernel's grid short of the B · H · n_q rows it normalises in place: the rows past
+    its last block keep their scores S (o = S V) and their lse is never written."""
+    gone = np.asarray(replays.unwritten_mask(ctx, "lse")).reshape(-1)       # rows (b, h, i), flattened
+    first = int(np.argmax(gone)) if gone.any() else gone.size
+    if not gone.any() or not gone[first:].all():
+        return                                  # not a suffix of the flattened rows
+    B, H, n_q = np.shape(ctx.ref["lse"])
+    o_alt = ctx.ref["o"].reshape(B * H * n_q, -1).copy()
+    o_alt[first:] = (s @ v).reshape(B * H * n_q, -1)[first:]
+    got = np.asarray(ctx.out["o"], np.float64).reshape(B * H * n_q, -1)
+    if replays.rel(got, o_alt) < replays.MATCH and replays.rel(got[first:], o_alt[first:]) < \
+            0.1 * replays.rel(got[first:], ctx.ref["o"].reshape(B * H * n_q, -1)[first:]):
+        yield Cause("grid:softmax_rows", (
+            f"the softmax never reaches the last {gone.size - first} of the B · H · n_q = {gone.size} rows "
+            f"(from row {first} of the flattened (b, h, i) on): their lse still holds the grader's NaN and "
+            "their o matches the unnormalised scores times V, S V (the output matches that). The softmax "
+            "kernel's grid must cover every row: cdiv(B · H · n_q, threads per block) blocks."))
