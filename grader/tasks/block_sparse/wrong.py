@@ -11,6 +11,7 @@ WRONG = [
           ),
           expect=('the kernel skips blocks the mask keeps and computes blocks it drops',),
           cases=('empty_rows', 'random_30'),
+          cause='block_mask:transposed',
           numeric=True),
     Wrong(EX, 'no_partial_test',
           'partial tiles get no per-element block test (only right when the mask blocks are the tiles)',
