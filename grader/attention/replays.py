@@ -761,6 +761,11 @@ def decode_diagnose(ctx, kv_cache_fn):
                        f"({bad_min} keys and up) are wrong.")
 
 
+def split_words(chunk: int, lens) -> str:
+    """How a message names the split size a replay used: none where one split holds every context."""
+    return f"splits of {chunk} keys" if chunk < int(np.max(lens, initial=0)) else "each context in one split"
+
+
 def split_sizes(ctx, L: int) -> list[int]:
     """The split lengths (keys per split) a launch may have picked for a cache of L keys."""
     forced = ctx.params.get("num_splits")
@@ -792,7 +797,7 @@ def split_causes(ctx, kv_cache_fn):
                 named.add("combine:sign")
                 yield Cause("combine:sign", (
                     f"the combine weighs the splits by exp(lse_max - lse_s), the exponent's sign flipped "
-                    f"(the output matches it with splits of {chunk} keys): split s's weight is "
+                    f"(the output matches it with {split_words(chunk, lens)}): split s's weight is "
                     "exp(lse_s - lse_max) <= 1, the largest split weighing 1."))
         if "combine:max_zero" not in named:
             # The combine's running lse_max seeded at 0, not -INFINITY: in float32 the weights
@@ -802,19 +807,26 @@ def split_causes(ctx, kv_cache_fn):
                 named.add("combine:max_zero")
                 yield Cause("combine:max_zero", (
                     f"the combine's running lse_max starts at 0 instead of -INFINITY (the output matches "
-                    f"that, with splits of {chunk} keys): when every split's lse lies far below 0, "
+                    f"that, with {split_words(chunk, lens)}): when every split's lse lies far below 0, "
                     "exp(lse_s - 0) underflows to 0 in float32 and the sum is 0; far above 0 it "
                     "overflows. Seed the max with -INFINITY, so that it is the largest lse_s."))
-        if "combine:max_per_lane" not in named:
-            o_alt, lse_alt = combine_lane_max(o_part, lse_part)
-            if matches(ctx, o=o_alt, lse=lse_alt):
-                named.add("combine:max_per_lane")
-                yield Cause("combine:max_per_lane", (
-                    f"the combine's lse_max is each lane's own max over the splits it read (s = lane, "
-                    f"lane + 32, ...), never reduced across the warp (the output matches that, with "
-                    f"splits of {chunk} keys): a lane that read no split keeps -INFINITY, its weights "
-                    "exp(lse_s - lse_max) overflow and its part of o is inf / inf = NaN. Reduce lse_max "
-                    "over the warp (a __shfl_xor_sync butterfly) before any lane uses it."))
+        if "reduce:lse_max_lanes" not in named:
+            # lse_max not the same on every lane: never reduced (each lane's own splits), or reduced
+            # with __shfl_down_sync (lane l ends with the max of lanes l .. 31).
+            how = [what for what, down in (("never reduced across the warp: each lane keeps the max of "
+                                            "the splits it read (s = lane, lane + 32, ...)", False),
+                                           ("reduced with __shfl_down_sync, which leaves lane l the max "
+                                            "of lanes l .. 31 only", True))
+                   if matches(ctx, *combine_lane_max(o_part, lse_part, shfl_down=down))]
+            if how:
+                named.add("reduce:lse_max_lanes")
+                which = how[0] if len(how) == 1 else f"{how[0]}, or {how[1]} (this case cannot tell them apart)"
+                yield Cause("reduce:lse_max_lanes", (
+                    f"the combine's lse_max is not the same on every lane (the output matches lse_max "
+                    f"{which}, with {split_words(chunk, lens)}): a lane whose lse_max is below its splits' "
+                    "lse, -INFINITY where it read none, overflows exp(lse_s - lse_max), and its part of o "
+                    "is inf / inf = NaN. Reduce lse_max with a __shfl_xor_sync butterfly, so that every "
+                    "lane holds the max of all the splits."))
         if (several or probe) and "combine:exp2" not in named:
             # The weights exp2(lse_s - lse_max) of natural-log lse_s: base 2 where e is due.
             with np.errstate(invalid="ignore"):
@@ -824,7 +836,7 @@ def split_causes(ctx, kv_cache_fn):
                 named.add("combine:exp2")
                 yield Cause("combine:exp2", (
                     f"the combine weighs the splits by exp2(lse_s - lse_max), but each lse_s is a natural "
-                    f"log (the output matches that, with splits of {chunk} keys): the weight is "
+                    f"log (the output matches that, with {split_words(chunk, lens)}): the weight is "
                     "expf(lse_s - lse_max)."))
         used = lens // chunk
         if ((used * chunk != lens).any() or probe) and "split_count:floor" not in named:
@@ -836,7 +848,7 @@ def split_causes(ctx, kv_cache_fn):
                 named.add("split_count:floor")
                 yield Cause("split_count:floor", (
                     f"the combine leaves out each context's last, partial split (the output matches "
-                    f"used = context_lens[b] / chunk, rounded down, with splits of {chunk} keys): a "
+                    f"used = context_lens[b] / chunk, rounded down, with {split_words(chunk, lens)}): a "
                     "context shorter than one split counts none. The splits that hold keys are "
                     "cdiv(context_lens[b], chunk)."))
         if (several or probe) and "combine:lse_no_max" not in named:
@@ -846,14 +858,14 @@ def split_causes(ctx, kv_cache_fn):
                 named.add("combine:lse_no_max")
                 yield Cause("combine:lse_no_max", (
                     f"the combined lse is missing lse_max (the output matches log(sum_s exp(lse_s - "
-                    f"lse_max)) with splits of {chunk} keys): lse = lse_max + log(sum)."))
+                    f"lse_max)) with {split_words(chunk, lens)}): lse = lse_max + log(sum)."))
         if (several or probe) and "lse:log2" not in named:
             o_alt, lse_alt = R.combine_partials(o_part, lse_part / math.log(2.0))
             if matches(ctx, o=o_alt, lse=lse_alt) or matches(ctx, o=o_alt):
                 named.add("lse:log2")
                 yield Cause("lse:log2", (
                     f"each split's lse is in log2 units (the output matches the combine of lse_s / ln 2, "
-                    f"with splits of {chunk} keys): a split's lse is (m + log2(l)) · ln 2 when m comes "
+                    f"with {split_words(chunk, lens)}): a split's lse is (m + log2(l)) · ln 2 when m comes "
                     "from exp2 scores."))
         for from_buffer, step in itertools.product((False, True), (None,) + tiles(ctx, "KEYS_PER_STEP")):
             if "keys_end:+1" in named:
@@ -865,7 +877,7 @@ def split_causes(ctx, kv_cache_fn):
                         "the context)" if from_buffer else "score 0 and value 0")
                 yield Cause("keys_end:+1", (
                     f"each split counts one key past its end, with {what} (the output matches that, "
-                    f"with splits of {chunk} keys): the mask is one off, s = -INFINITY where j >= end "
+                    f"with {split_words(chunk, lens)}): the mask is one off, s = -INFINITY where j >= end "
                     "(not j > end)."))
         if "split_end:-1" not in named and chunk > 1:
             # Each split's end one short: key start + chunk - 1 left out (end = min(start + chunk - 1,
@@ -883,7 +895,7 @@ def split_causes(ctx, kv_cache_fn):
                 if matches(ctx, o=alt_o, lse=alt_lse):
                     named.add("split_end:-1")
                     yield Cause("split_end:-1", (
-                        f"each split stops one key short (the output matches splits of {chunk} keys whose "
+                        f"each split stops one key short (the output matches {split_words(chunk, lens)} whose "
                         "last key is left out): a split covers keys start <= j < end with end = "
                         "min(start + chunk, context_lens[b])."))
                     break
@@ -960,7 +972,7 @@ def warp_key_causes(ctx, k, v, lens, chunks):
                 lse_alt = np.where(total > 0, top[..., 0] + np.log(total), -np.inf)
             if matches(ctx, o=o_alt, lse=lse_alt):
                 said.add(cid)
-                yield Cause(cid, f"{text} (the output matches that, with splits of {chunk} keys).")
+                yield Cause(cid, f"{text} (the output matches that, with {split_words(chunk, lens)}).")
 
 
 def warp_merge_causes(ctx, k, v, lens, chunks):
@@ -1003,23 +1015,26 @@ def warp_merge_causes(ctx, k, v, lens, chunks):
             if matches(ctx, o=o_alt, lse=lse_alt):
                 yield Cause(cid, (
                     f"the merge of the {W} warps' states adds {what} of each warp without its weight "
-                    f"exp(m_w - m_blk) (the output matches that, with splits of {chunk} keys): each warp's "
+                    f"exp(m_w - m_blk) (the output matches that, with {split_words(chunk, lens)}): each warp's "
                     "l and acc are relative to its own max m_w, so both must be rescaled to the block's "
                     "max before they are added."))
                 return
 
 
-def combine_lane_max(o_part, lse_part, lanes: int = 32):
+def combine_lane_max(o_part, lse_part, lanes: int = 32, shfl_down: bool = False):
     """The combine with lse_max left per lane: lane l takes the max of the splits s = l, l + 32, ...
-    (-inf when it read none) and weighs every split by exp(lse_s - its own max) in float32 for its
-    four features of o (4l .. 4l + 3); lane 0 writes lse. A row whose splits are all empty keeps
-    o = 0, lse = -inf."""
+    (-inf when it read none; with shfl_down, then the max of lanes l .. 31, as a __shfl_down_sync
+    butterfly leaves it) and weighs every split by exp(lse_s - its own max) in float32 for its four
+    features of o (4l .. 4l + 3); lane 0 writes lse. A row whose splits are all empty keeps o = 0,
+    lse = -inf."""
     o_part, lse_part = np.asarray(o_part, np.float64), np.asarray(lse_part, np.float64)
     n_splits, d = lse_part.shape[-1], o_part.shape[-1]
     used = np.isfinite(lse_part)
     own = np.full(lse_part.shape[:-1] + (lanes,), -np.inf)
     for lane in range(min(lanes, n_splits)):
         own[..., lane] = np.max(np.where(used, lse_part, -np.inf)[..., lane::lanes], axis=-1)
+    if shfl_down:
+        own = np.flip(np.maximum.accumulate(np.flip(own, -1), axis=-1), -1)
     feature_lane = np.minimum(np.arange(d) // 4, lanes - 1)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         w = np.exp((np.where(used, lse_part, -np.inf)[..., :, None]
