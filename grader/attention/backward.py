@@ -18,6 +18,7 @@ import numpy as np
 from ..spec import Cause, Seen
 from . import references as R
 from .inputs import attention_inputs
+from . import replays
 from .replays import MATCH, tiles
 
 OUTPUTS = ("dq", "dk", "dv")
@@ -186,6 +187,17 @@ def recompute_causes(ctx):
         if _replay(ctx, probs=lambda s, lse, v: full(s, lse, None)):
             yield Cause("mask:missing", "the causal mask is missing in the backward pass: P is recomputed for keys j > i + (Nk - Nq) "
                     "too. Those keys had weight 0 in the forward pass; give them P = 0 here.")
+        # The per-element mask missing, in the tiles a causal kernel visits: key tile K with query
+        # tile Q when K's first key is within what Q's last row sees.
+        for bm in tiles(ctx, "BLOCK_M"):
+            for bn in tiles(ctx, "BLOCK_N"):
+                tiled = replays.visible_where(n_q, n_k, replays.tile_limits(n_q, n_k, bm, bn, lambda f, last: last))
+                if not np.array_equal(tiled, vis) and _replay(ctx, probs=lambda s, lse, v, t=tiled: full(s, lse, t)):
+                    yield Cause("mask:diagonal_tiles_unmasked", (
+                        f"keys above the diagonal get P inside the tiles that straddle it (the output matches "
+                        f"tiles of {bm} queries × {bn} keys recomputing P there without the causal test): a "
+                        "tile that straddles the diagonal needs P = 0 where j > i + (Nk - Nq), as in the "
+                        "forward pass."))
         top_left = np.arange(n_k)[None, :] <= np.arange(n_q)[:, None]
         if n_q != n_k and _replay(ctx, probs=lambda s, lse, v: full(s, lse, top_left)):
             yield Cause("mask:top_left", "the causal mask of the backward pass is aligned top-left (j <= i). It must match the forward "

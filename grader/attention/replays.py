@@ -535,13 +535,13 @@ def mask_causes(ctx, s, v):
             vis = diagonal_tiles_masked(n_q, n_k, bm, bn, lambda r: r + offset + 1, straddle_row="last")
             if (getattr(ctx, "probe", None) or not np.array_equal(vis, R.causal_mask(n_q, n_k))) and \
                     matches(ctx, *attend(s, v, vis)):
-                yield Cause("mask:diagonal_test_last_row", (
-                    f"some tiles that straddle the diagonal run without the per-element test (the "
-                    f"output matches a test for the diagonal tiles that uses the query tile's last row, "
-                    f"kv_start + BLOCK_N - 1 > q_last + offset, with tiles of {bm} queries × {bn} keys): "
-                    "the first rows of such a tile then see keys above the diagonal. A tile needs the "
-                    "test when its last key lies past what its FIRST row sees: kv_start + BLOCK_N - 1 > "
-                    "q_start + offset."))
+                yield Cause("mask:diagonal_test_late", (
+                    f"some key tiles that straddle the diagonal run without the per-element test, and "
+                    f"their first rows see keys above the diagonal (the output matches tiles of {bm} "
+                    f"queries × {bn} keys tested only when kv_start + BLOCK_N - 1 > q_last + offset; for a "
+                    "full query tile of square tiles that is the same as kv_start > q_start + offset). A "
+                    "tile needs the test when its LAST key lies past what its FIRST row sees: "
+                    "kv_start + BLOCK_N - 1 > q_start + offset."))
             # The loop over key tiles bounded by the first row of the query tile instead of the last.
             lim = np.minimum(i + offset + 1, tile_limits(n_q, n_k, bm, bn, lambda first, last: first))
             if matches(ctx, *attend(s, v, visible_where(n_q, n_k, np.maximum(lim, 0)))):
