@@ -1,0 +1,51 @@
+"""The replay families' building blocks: the rearrangements of mma fragments, the key counts of a
+warp's loop, and the block-sparse kernel's tile decision (which must agree with the mask exactly
+when nothing is misread)."""
+import numpy as np
+
+from grader.attention import blocksparse as BS
+from grader.attention.fragments import pieces_transposed, quadrants_swapped
+from grader.attention.replays import split_key_counts
+
+
+def test_quadrant_swap_exchanges_the_off_diagonal_pieces_of_each_16x16_block():
+    x = np.arange(2 * 32 * 48, dtype=float).reshape(2, 32, 48)
+    y = quadrants_swapped(x)
+    assert y[0, 0, 8] == x[0, 8, 0] and y[0, 8, 0] == x[0, 0, 8]       # top-right <-> bottom-left
+    assert y[1, 16 + 3, 32 + 5] == x[1, 16 + 3, 32 + 5]                 # the diagonal pieces stay
+    assert np.array_equal(quadrants_swapped(y), x)
+
+
+def test_piece_transpose_transposes_each_8x8_piece_in_place():
+    x = np.arange(24 * 16, dtype=float).reshape(24, 16)
+    y = pieces_transposed(x)
+    assert y[8 + 1, 8 + 2] == x[8 + 2, 8 + 1] and y[0, 0] == x[0, 0]
+    assert np.array_equal(pieces_transposed(y), x)
+
+
+def test_warp_key_counts():
+    right = split_key_counts(100, 4, 8, start=lambda w: w * 8, step=32)
+    assert (right == 1).all()
+    skipped = split_key_counts(100, 4, 8, start=lambda w: w * 8, step=32, skip_warp=3)
+    assert (skipped == ((np.arange(100) // 8) % 4 != 3)).all()
+    overlapping = split_key_counts(40, 4, 8, start=lambda w: w * 8, step=8)
+    assert list(overlapping[::8]) == [1, 2, 3, 4, 4]
+
+
+def test_the_tile_decision_without_a_misreading_is_the_mask():
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        n_q, n_k = (int(x) for x in rng.integers(1, 200, 2))
+        block = (int(rng.integers(8, 100)), int(rng.integers(8, 100)))
+        causal = bool(rng.integers(2))
+        bm = rng.random((2, 2) + BS.mask_shape(n_q, n_k, block)) < 0.5
+        assert np.array_equal(BS.decided_visible(bm, block, n_q, n_k, (64, 64), causal),
+                              BS.visible(bm, block, n_q, n_k, causal))
+
+
+def test_a_tile_called_partial_by_its_columns_alone_runs_whole():
+    # Mask blocks of 32 rows in tiles of 64: rows 0-31 keep key block 0, rows 32-63 drop it.
+    bm = np.array([[[[1, 1], [0, 1]]]], bool)
+    vis = BS.decided_visible(bm, (32, 32), 64, 64, (64, 64), False, count_columns_only=True)
+    assert vis.all()                        # 3 kept >= 2 columns: "whole", the dropped block leaks
+    assert not BS.visible(bm, (32, 32), 64, 64)[..., 32:, :32].any()
