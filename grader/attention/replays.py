@@ -948,6 +948,8 @@ def warp_key_causes(ctx, k, v, lens, chunks):
                      "s · chunk", dict(start=lambda w: w * KPS, step=W * KPS, from_zero=True)))
     probe = getattr(ctx, "probe", None)
     said = set()
+    kk, vv = np.asarray(k, np.float64)[:, heads], np.asarray(v, np.float64)[:, heads]
+    scores_all = scale * np.einsum("bhd,bhjd->bhj", np.asarray(q, np.float64), kk)
     for chunk in chunks:
         for cid, text, how in variants:
             if cid in said:
@@ -961,10 +963,8 @@ def warp_key_causes(ctx, k, v, lens, chunks):
                     weight[b, first:hi] += split_key_counts(hi - first, W, KPS, **how)
             if not probe and np.array_equal(weight, np.arange(L) < lens[:, None]):
                 continue                        # this case cannot tell the variant from the right loop
-            kk, vv = np.asarray(k, np.float64)[:, heads], np.asarray(v, np.float64)[:, heads]
-            sc = scale * np.einsum("bhd,bhjd->bhj", np.asarray(q, np.float64), kk)
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                sc = np.where(weight[:, None, :] > 0, sc, -np.inf)
+                sc = np.where(weight[:, None, :] > 0, scores_all, -np.inf)
                 top = np.max(sc, axis=-1, keepdims=True)
                 e = weight[:, None, :] * np.exp(sc - np.where(np.isfinite(top), top, 0.0))
                 total = e.sum(axis=-1)
@@ -987,6 +987,7 @@ def warp_merge_causes(ctx, k, v, lens, chunks):
     Hkv = k.shape[1]
     heads = [R.kv_head_of(h, H, Hkv) for h in range(H)]
     kk, vv = np.asarray(k, np.float64)[:, heads], np.asarray(v, np.float64)[:, heads]      # [B, H, L, d]
+    scores_all = scale * np.einsum("bhd,bhjd->bhj", q, kk)
     variants = (("merge:l_unweighted", "l", "the l"), ("merge:acc_unweighted", "acc", "the acc"))
     for chunk in chunks:
         if chunk <= KPS:
@@ -995,7 +996,7 @@ def warp_merge_causes(ctx, k, v, lens, chunks):
         parts = {cid: (np.zeros((B, H, n_splits, d)), np.full((B, H, n_splits), -np.inf)) for cid, *_ in variants}
         for b in range(B):
             for sp, (lo, hi) in enumerate(R.split_ranges(int(lens[b]), chunk)):
-                sc = scale * np.einsum("hd,hjd->hj", q[b], kk[b, :, lo:hi])                 # [H, n]
+                sc = scores_all[b, :, lo:hi]                                                # [H, n]
                 warp = (np.arange(hi - lo) // KPS) % W
                 m = np.stack([sc[:, warp == w].max(axis=-1, initial=-np.inf) for w in range(W)], -1)   # [H, W]
                 safe = np.where(np.isfinite(m), m, 0.0)
