@@ -930,8 +930,9 @@ def warp_key_causes(ctx, k, v, lens, chunks):
     L = k.shape[2]
     variants = [(f"split_keys:skip_warp:{w}",
                  f"the keys warp {w} walks are left out of every split (keys start + {w}·{KPS} .. start + "
-                 f"{w}·{KPS} + {KPS - 1}, then every {W * KPS}): warp {w}'s state never enters the merge. "
-                 f"Check the merge's loops over the warps: each of the {W} warps' m, l and acc must be read",
+                 f"{w}·{KPS} + {KPS - 1}, then every {W * KPS}): warp {w}'s keys never reach the result. "
+                 f"Check warp {w}'s key loop and the merge's loops over the warps: each of the {W} warps' "
+                 "m, l and acc must be read",
                  dict(start=lambda w: w * KPS, step=W * KPS, skip_warp=w)) for w in (0, W - 1)]
     variants += [(cid, f"each split counts some keys several times and maybe others not at all: the output "
                        f"matches a key loop where warp w starts at {start_text} and steps by {step_text}. "
