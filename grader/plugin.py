@@ -241,7 +241,7 @@ class CheckRun:
             if found:
                 params, r = found
                 result.shrunk = {"params": params, "message": r.message, "shape": format_shape(params),
-                                 "kind": r.kind, "candidates": r.candidates, "searched": r.searched,
+                                 "kind": r.kind, "candidates": r.candidates, "plain": r.plain, "searched": r.searched,
                                  "observations": r.observations, "cause": None}
 
 

@@ -59,6 +59,7 @@ class Cause(NamedTuple):
     what the student reads (engine/verdict.py)."""
     id: str
     text: str
+    plain: bool = False   # reproduced only as a constant many bugs give (replays.matches)
 
 
 class Seen(NamedTuple):

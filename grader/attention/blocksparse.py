@@ -433,14 +433,16 @@ def _strided_reads(bm: np.ndarray, row_stride: int, col_stride: int) -> list[np.
 
 def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mask=None,
                     count_columns_only: bool = False, element_col_in_tile: bool = False,
-                    element_col_block: int | None = None, pad: bool = False) -> np.ndarray:
+                    element_col_block: int | None = None, element_row_stride: int | None = None,
+                    pad: bool = False) -> np.ndarray:
     """[B, H, Nq, Nk]: what the module's kernel lets each query see, tile by tile: a key tile is
     skipped when no block of its rectangle is kept, runs the per-element block test when some are
     not (partial), and runs whole otherwise; the causal test applies everywhere. The variants are a
     student's misreadings: the rectangle's bytes read from `class_mask` (another layout), a tile
     called partial only when fewer blocks are kept than it has mask columns, and the per-element
-    test reading the key's column within its tile, or dividing it by `element_col_block` (reads past
-    the whole mask find `pad`, the allocation's padding)."""
+    test reading the key's column within its tile, or dividing it by `element_col_block`, or stepping
+    from one mask row to the next by `element_row_stride` bytes (reads past the whole mask find
+    `pad`, the allocation's padding)."""
     class_mask = bm if class_mask is None else class_mask
     tm, tn = tile
     off = n_k - n_q
@@ -459,7 +461,7 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
             partial = (kept < blocks)[..., None, None]
             cols = np.arange(k0, k1) - (k0 if element_col_in_tile else 0)
             # Read as the kernel does, from the head's slab start: a column past the row reads on.
-            at = ((np.arange(q0, q1) // block[0])[:, None] * bm.shape[-1]
+            at = ((np.arange(q0, q1) // block[0])[:, None] * (element_row_stride or bm.shape[-1])
                   + (cols // (element_col_block or block[1]))[None, :])
             element = np.concatenate([bm.reshape(-1), np.full(at.max() + 1, pad)])[slabs[..., None, None] + at]
             vis[..., q0:q1, k0:k1] = (np.where(partial, element, True) & cm[q0:q1, k0:k1]
@@ -470,7 +472,8 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
 def tile_decision_causes(ctx, s, v):
     """The kernel's per-tile decision misread: the rectangle's bytes read with the row stride
     n_mb_q or transposed, a tile called partial by a count of columns only, the per-element test
-    reading the key's column within its tile or dividing it by mb_rows."""
+    reading the key's column within its tile, dividing it by mb_rows, or stepping between mask rows
+    by n_mb_q."""
     p = ctx.params
     n_q, n_k, causal = p["Nq"], p["Nk"], bool(p.get("causal"))
     block = (p["mb_m"], p["mb_n"])
@@ -505,6 +508,11 @@ def tile_decision_causes(ctx, s, v):
         variants += [("block_mask:element_col_by_rows", dict(element_col_block=block[0], pad=pad),
                       "the per-element test divides the key's index by mb_rows, mask_i[j / mb_rows]: "
                       "key j's mask block is j / mb_cols") for pad in (False, True)]
+    if nr != nc:
+        variants += [("block_mask:element_row_stride_n_mb_q", dict(element_row_stride=nr, pad=pad),
+                      "the per-element test finds row i's mask bytes at mask + (i / mb_rows) · n_mb_q, with "
+                      "the number of mask rows as the row stride: a head's mask is n_mb_q rows of n_mb_k "
+                      "bytes, so row i's start at (i / mb_rows) · n_mb_k") for pad in (False, True)]
     said = set()
     for tm in tiles(ctx, "BLOCK_M"):
         for tn in tiles(ctx, "BLOCK_N"):

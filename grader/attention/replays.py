@@ -18,7 +18,7 @@ import numpy as np
 
 from ..runtimes.base import is_poison
 
-from . import references as R
+from . import lowp, references as R
 from ..spec import Cause, Seen
 
 # The tile sizes a student may pick; a tile-shaped bug is replayed with each, unless the kernel
@@ -50,6 +50,7 @@ def scores(inputs, kv_head=None, scale=None):
     return s, v
 
 
+LOG2E = 1.0 / math.log(2.0)   # a kernel's scale_log2 = scale · log2(e), for exp2
 FLOAT32_EXP_FLOOR = math.log(float(np.finfo(np.float32).smallest_subnormal))   # exp below this is 0
 
 
@@ -141,18 +142,21 @@ def matches(ctx, o=None, lse=None, **others) -> bool:
         """A constant 0 or 1 (o = 0, log l = 0 of one-key rows, a weight of 1) matches many bugs."""
         finite = np.asarray(alt, np.float64)[np.isfinite(alt)]
         return bool(finite.size) and np.ptp(finite) == 0 and finite[0] in (0.0, 1.0)
-    if all(plain(alt) for _, alt in checks):
-        # Only such constants: they name no bug, unless a -inf where the answer is finite (a row
-        # that saw no key) tells, beside them. Any other value (lse = log 58 of 58 padded keys, the
-        # lse of a one-row case) is as telling as any row.
-        if not any(np.any(~np.isfinite(a) & np.isfinite(ctx.ref[n])) for n, a in checks):
-            return False
+    # Only such constants name no bug alone, unless a -inf where the answer is finite (a row that saw
+    # no key) tells, beside them. Any other value (lse = log 58 of 58 padded keys, the lse of a
+    # one-row case) is as telling as any row. A constant match is still a match: it is reported as
+    # plain (verdict.settle lets it confirm a cause another case proposes, never propose one).
+    plain_only = all(plain(alt) for _, alt in checks) and \
+        not any(np.any(~np.isfinite(a) & np.isfinite(ctx.ref[n])) for n, a in checks)
     match = max(MATCH, 3 * getattr(ctx, "noise", 0.0))    # a low-precision kernel's own rounding
     close = all(rel(ctx.out[name], alt) < match and close_to(ctx.out[name], alt, ctx.ref[name], getattr(ctx, "noise", 0.0))
                 for name, alt in checks)
     wrong = any(rel(ctx.out[name], ctx.ref[name]) > 10 * match or not ctx.cmp[name].passed
                 for name, _ in checks)
-    return close and wrong
+    if close and wrong and hasattr(ctx, "plain"):
+        ctx.plain = plain_only
+        return True
+    return close and wrong and not plain_only
 
 
 def prefill_causes(ctx, s, v, visible=None):
@@ -244,7 +248,9 @@ def tile_bug_causes(ctx, s, v, visible=None):
                 f"exp(m_old - m_new) before adding the new tile."))
     # Keys past n_k zero-filled but not masked: score 0, value 0, still counted in l. One such key is
     # a bound one off (j > n_k where j >= n_k is due); a tile's worth is a missing bounds mask.
-    for tile, pad in [(None, 1)] + [(t, -n_k % t) for t in tiles(ctx, "BLOCK_N") if -n_k % t > 1]:
+    # The one key past the end is in a visited tile only when n_k does not fill its last tile.
+    for tile, pad in [(None, 1)] * any(n_k % t for t in tiles(ctx, "BLOCK_N")) + \
+            [(t, -n_k % t) for t in tiles(ctx, "BLOCK_N") if -n_k % t > 1]:
         s_pad = np.concatenate([np.where(visible, s, -np.inf) if visible is not None else s,
                                 np.zeros(s.shape[:-1] + (pad,))], axis=-1)
         v_pad = np.concatenate([v, np.zeros(v.shape[:-2] + (pad, v.shape[-1]))], axis=-2)
@@ -416,6 +422,24 @@ def stride_causes(ctx, visible=None):
                 f"matches that): row j of {name} starts at j · d, element c of it is {name}[j · d + c]."))
 
 
+def exp2_shift_in_other_units(t, v, visible=None, dtype=None):
+    """A kernel's softmax with exp2 whose running max m is in log2 units (the max of t · log2(e)) but
+    whose P = exp2(t - m) takes the scores t in natural units, in float32 as the kernel runs it: the
+    weights are softmax(t · ln 2) until exp2 underflows or overflows, which the shift no longer
+    prevents. With `dtype` (06), the second product reads P rounded to it, where l sums P itself."""
+    t = np.where(visible, t, -np.inf) if visible is not None else np.asarray(t, np.float64)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        m = (t * LOG2E).max(axis=-1)
+        m = np.where(np.isfinite(m), m, 0.0)
+        p = np.exp2((t - m[..., None]).astype(np.float32))
+        l = p.sum(axis=-1, dtype=np.float32)
+        p_v = p.astype(np.float64) if dtype is None else lowp.rounded(p, dtype)
+        acc = (p_v @ v).astype(np.float32)
+        o = np.where(l[..., None] > 0, acc / np.where(l > 0, l, 1)[..., None], 0.0)
+        lse = np.where(l > 0, (m + np.log2(np.where(l > 0, l, 1).astype(np.float64))) * math.log(2.0), -np.inf)
+    return o.astype(np.float64), lse
+
+
 def setup_causes(ctx, visible=None):
     """Bugs of the indexing: the batch and head offsets, the kv head of a query head, the scale."""
     p = ctx.params
@@ -442,7 +466,8 @@ def setup_causes(ctx, visible=None):
         wrong.insert(0, ("scale:ignored", "", 1.0 / math.sqrt(d)))
     for cid, name, sc in wrong:
         s, v = scores(ctx.inputs, scale=sc)
-        if matches(ctx, *attend(s, v, visible)):
+        if matches(ctx, *attend(s, v, visible)) or (
+                cid == "scale:exp2_without_log2e" and matches(ctx, *exp2_shift_in_other_units(s / math.log(2.0), v, visible, p.get("dtype")))):
             if cid == "scale:ignored":
                 yield Cause(cid, (
                     f"the kernel ignores its scale argument: the output matches scale = 1/sqrt(d) = "
@@ -597,6 +622,16 @@ def noncausal_mask_causes(ctx, s, v):
                 f"(n_k - n_q) masked {where}): the per-element test must mask that only when causal "
                 "is set, causal && j > i + offset."))
             return
+    for bm in tiles(ctx, "BLOCK_M"):
+        for bn in tiles(ctx, "BLOCK_N"):
+            vis = visible_where(n_q, n_k, tile_limits(n_q, n_k, bm, bn, lambda first, last: last))
+            if matches(ctx, *attend(s, v, vis)):     # (the truth where every key is visible: a probe asks)
+                yield Cause("mask:causal_when_not_causal", (
+                    f"the loop over key tiles ends at the causal bound although causal is false (the "
+                    f"output matches a query tile of {bm} rows that runs only the key tiles of {bn} up "
+                    f"to kv_end = min(n_k, last_row + (n_k - n_q) + 1), every key of those tiles "
+                    f"visible): without causal, kv_end = n_k."))
+                return
 
 
 def empty_row_causes(ctx):

@@ -20,6 +20,9 @@ class Context:
     config: dict = field(default_factory=dict)   # the checked file's CONFIG (its tile sizes), if any
     noise: float = 0.0         # the relative rounding error of a correct kernel (low precision), or 0
     probe: str | None = None   # a passing case asking its replays: "wrong" or "right" here? (verdict.settle)
+    # Set by replays.matches when the match it just reported is a constant (o = 0, lse = 0 of one-key
+    # rows) that many bugs give: the cause yielded next may confirm a cause, never propose one.
+    plain: bool = False
 
 
 def _rows(mask: np.ndarray) -> np.ndarray:

@@ -38,6 +38,7 @@ class CaseResult:
     cause: str | None = None    # the stated cause's id (engine/verdict.py: settle), or None
     observations: list = field(default_factory=list)   # what the outputs show, in plain words
     candidates: list = field(default_factory=list)     # [id, text] of every replay that reproduced it
+    plain: list = field(default_factory=list)   # [id, text] of those that reproduced it only as a constant
     searched: bool = True       # the replay search finished (within its time budget)
     # A passing case: the ids of the replays that predict a wrong answer here, where the kernel was
     # right (verdict.refute fills it in when some failing case has candidates; None: not asked).
@@ -315,12 +316,13 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     try:
         found = itertools.chain(task.diagnose(ctx) if hasattr(task, "diagnose") else (), dg.empty_row_causes(ctx),
                                 dg.observations(ctx))
-        causes, seen, res.searched = verdict.search(found)
+        causes, seen, res.searched = verdict.search(found, ctx=ctx)
     except Exception as e:        # the verdict above stands; the explanation failed, loudly
         causes, seen, at = [], [], traceback.extract_tb(e.__traceback__)[-1]
         lines.append(f"(the grader failed while explaining this error — a bug in the grader, please report "
                      f"it: {type(e).__name__}: {e} at {at.filename}:{at.lineno})")
-    res.candidates = [[k.id, k.text] for k in causes]
+    res.candidates = [[k.id, k.text] for k in causes if not k.plain]
+    res.plain = [[k.id, k.text] for k in causes if k.plain]
     res.observations = list(seen)
     lines += [f"observed: {text}" for text in seen]
     if not causes and getattr(rt, "name", "") == "gpu":

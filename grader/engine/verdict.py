@@ -29,9 +29,11 @@ SEARCH_BUDGET_S = 8.0      # replays per failing case; what is not searched by t
 PROBE_BUDGET_S = 6.0       # replays on the passing cases of one check, to withdraw the ones they refute
 
 
-def search(items: Iterable, budget_s: float = SEARCH_BUDGET_S) -> tuple[list[Cause], list[str], bool]:
+def search(items: Iterable, budget_s: float = SEARCH_BUDGET_S, ctx=None) -> tuple[list[Cause], list[str], bool]:
     """Run a diagnosis generator to its end or its time budget: (causes in order, observations,
-    complete). A replay family yields each id at most once (the first text is kept)."""
+    complete). A replay family yields each id at most once (the first text is kept, unless it was
+    a plain match and a telling one follows). A cause yielded right after a plain match of `ctx`
+    (replays.matches) is marked plain."""
     causes: list[Cause] = []
     seen: list[str] = []
     t0 = time.monotonic()
@@ -43,11 +45,18 @@ def search(items: Iterable, budget_s: float = SEARCH_BUDGET_S) -> tuple[list[Cau
             item = next(it)
         except StopIteration:
             return causes, seen, True
+        plain = bool(getattr(ctx, "plain", False))
+        if ctx is not None:
+            ctx.plain = False
         if item is None:
             continue
         if isinstance(item, Cause):
-            if all(c.id != item.id for c in causes):
+            item = item._replace(plain=plain or item.plain)
+            old = next((i for i, c in enumerate(causes) if c.id == item.id), None)
+            if old is None:
                 causes.append(item)
+            elif causes[old].plain and not item.plain:
+                causes[old] = item
         elif isinstance(item, Seen):
             if item.text not in seen:
                 seen.append(item.text)
@@ -76,6 +85,12 @@ def _ids(r: dict | object, key="candidates") -> list[str]:
     return [c[0] for c in cands or ()]
 
 
+def _reproduced(r: dict | object) -> dict[str, str]:
+    """id -> text of every replay that reproduced this case, telling or plain."""
+    get = r.get if isinstance(r, dict) else lambda key: getattr(r, key, None)
+    return {c[0]: c[1] for key in ("plain", "candidates") for c in get(key) or ()}
+
+
 def settle(results: list) -> None:
     """Choose the cause the check states (CaseResult objects, in case order), in place.
 
@@ -84,6 +99,10 @@ def settle(results: list) -> None:
     passing case refutes (a replay predicting a wrong answer where the kernel was right), remain. One
     left is stated on every failing case it reproduces (`cause`, and a `likely cause:` line); several
     left are named together as an observation; none left, and the observations stand alone.
+
+    A plain match (a constant such as lse = 0 of one-key rows, which many bugs give) reproduces a
+    case but tells nothing alone: it never proposes. Where the first failing case has only plain
+    matches, the first failing case with a telling one proposes, among the ids the first reproduces.
     """
     failing = [r for r in results if not r.passed and r.kind == "checked"]
     for r in results:                     # settling again (plain pytest, case by case) starts afresh
@@ -99,13 +118,15 @@ def settle(results: list) -> None:
 
     def agrees(cid: str) -> bool:
         for r in failing[1:]:
-            if cid not in _ids(r) and r.searched:
+            if cid not in _reproduced(r) and r.searched:
                 return False
-        if shrunk is not None and cid not in _ids(shrunk) and shrunk.get("searched", True):
+        if shrunk is not None and cid not in _reproduced(shrunk) and shrunk.get("searched", True):
             return False
         return True
 
-    agreed = [c for c in first.candidates or () if agrees(c[0])]
+    proposer = next((r for r in failing if r.candidates), None)
+    proposed = [c for c in proposer.candidates if c[0] in _reproduced(first)] if proposer else []
+    agreed = [c for c in proposed if agrees(c[0])]
     if agreed:
         refute(results)
     # A replay that predicts a wrong answer on a case the kernel passed is not its bug.
@@ -123,12 +144,12 @@ def settle(results: list) -> None:
         return
     cid = agreed[0][0]
     for r in failing:
-        texts = dict((c[0], c[1]) for c in r.candidates or ())
+        texts = _reproduced(r)
         if cid in texts:
             r.cause = cid
             r.message = r.message.rstrip("\n") + f"{LINE}{texts[cid]}"
     if shrunk is not None:
-        texts = dict((c[0], c[1]) for c in shrunk.get("candidates") or ())
+        texts = _reproduced(shrunk)
         if cid in texts:
             shrunk["cause"] = cid
             shrunk["message"] = shrunk["message"].rstrip("\n") + f"{LINE}{texts[cid]}"
