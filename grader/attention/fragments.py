@@ -67,39 +67,6 @@ def operand_causes(ctx, visible=None):
                     f"handed to mma_16816 against the fragment layout in the lesson."))
 
 
-def row_sum_causes(ctx, s, v, visible=None):
-    """l reduced over the quad with one __shfl_xor_sync missing: each lane's l covers the key
-    columns of two lanes only, and o's columns are divided by their own lane's l."""
-    s = np.asarray(s, np.float64)
-    if visible is not None:
-        s = np.where(visible, s, -np.inf)
-    top = np.max(s, axis=-1, keepdims=True)
-    with np.errstate(invalid="ignore"):
-        shifted = s - np.where(np.isfinite(top), top, 0.0)
-        e = np.where(shifted < FLOAT32_EXP_FLOOR, 0.0, np.exp(shifted))   # 0 where masked, as in float32
-    # P enters the second mma in the input type: a weight below its range is 0 there, while l sums
-    # the float32 weights.
-    dtype = ctx.params.get("dtype")
-    acc = (lowp.rounded(e, dtype) if dtype else e) @ v
-    key_lane = (np.arange(s.shape[-1]) % 8) // 2
-    col_lane = (np.arange(v.shape[-1]) % 8) // 2
-    for kept, missing in ((1, 2), (2, 1)):
-        # lane t's l: the columns of lanes t and t ^ kept
-        l_lane = np.stack([e[..., (key_lane == t) | (key_lane == (t ^ kept))].sum(axis=-1) for t in range(4)], -1)
-        l_col = l_lane[..., col_lane]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            o_alt = np.where(l_col > 0, acc / l_col, 0.0)        # the kernel's guard for l = 0
-        if dtype:
-            o_alt = lowp.rounded(o_alt, dtype)                   # o is stored in the input type
-            lse_alt = np.where(l_lane[..., 0] > 0, top[..., 0] + np.log(l_lane[..., 0]), -np.inf)
-        if matches(ctx, o=o_alt, lse=lse_alt):
-            yield Cause(f"fragment:l_quad:missing_xor_{missing}", (
-                f"the row sum l is reduced over the quad without the __shfl_xor_sync of offset {missing} "
-                f"(the output matches each lane dividing by the sum of its own and lane t ^ {kept}'s "
-                "columns only): a row of S is spread over the 4 lanes of a quad, so l needs both "
-                "shuffles, offsets 1 and 2."))
-
-
 def streaming_causes(ctx, s, v, visible=None):
     """P's 8×8 pieces misplaced on their way into the second mma (l sums the right P), and the
     rescale of acc by alpha reaching only its even or its odd columns."""

@@ -12,7 +12,7 @@ import dataclasses
 
 import numpy as np
 
-from ...attention import fragments, lowp, replays, weights
+from ...attention import fragments, lanes, lowp, replays, weights
 from ...attention import references as R
 from ...attention.inputs import attention_inputs
 from ...spec import Case, Tolerance
@@ -95,6 +95,6 @@ def diagnose(ctx):
         yield from replays.mask_causes(ctx, s, v)
     yield from replays.prefill_causes(ctx, s, v, visible)
     yield from fragments.operand_causes(ctx, visible)
-    yield from fragments.row_sum_causes(ctx, s, v, visible)
+    yield from lanes.reduction_causes(ctx, s, v, visible, layout="quad")
     yield from fragments.streaming_causes(ctx, s, v, visible)
     yield from weights.observation(weights.prefill_rows(ctx, s, v, visible), noise=ctx.noise)

@@ -1,0 +1,119 @@
+"""Replays of a row's reductions over the lanes that share it.
+
+In modules 02, 03, 07 and 08 a row of S is spread over COLS = 8 neighbouring lanes (key j and output
+feature c belong to lane (j / 4) % COLS: slice_col); in module 06 over the 4 lanes of a quad (key j
+and feature c to lane (j % 8) / 2: the mma fragment). Each lane keeps the online-softmax state of
+its own keys, and two butterflies make it the row's: one of the tile's max, before P, and one of l,
+at the end. A butterfly with some of its __shfl_xor_sync offsets left out combines each lane with
+only part of the row; this replays it, lane by lane, as the kernel runs it.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from ..spec import Cause
+from . import lowp
+from .replays import matches, tiles
+
+
+def _group(lanes: int, offsets) -> np.ndarray:
+    """[lanes, lanes] booleans: lane u's value reaches lane t through a butterfly over `offsets`."""
+    span = {0}
+    for off in offsets:
+        span |= {x ^ off for x in span}
+    return np.array([[(t ^ u) in span for u in range(lanes)] for t in range(lanes)])
+
+
+def lane_streamed(s, v, tile: int, lanes: int, key_lane, col_lane, max_offsets, sum_offsets,
+                  visible=None, p_for_acc=None, guard: bool = True, lse_own_l: bool = False):
+    """(o, lse) of a kernel whose lanes share each row: the tile's max reduced over `max_offsets`
+    only, l over `sum_offsets` only. Each lane exponentiates its own keys against its own max and
+    rescales its own l and its own columns of acc; acc sums the P of every lane (P goes through
+    shared memory, or is the mma's operand); lane 0 writes lse. Without `guard` (02, whose rows all
+    see keys) a lane that has seen no key exponentiates against m = -inf, and o = acc / l unguarded.
+    With `lse_own_l`, lse takes lane 0's own l, before its butterfly."""
+    s = np.asarray(s, np.float64)
+    if visible is not None:
+        s = np.where(visible, s, -np.inf)
+    n_k = s.shape[-1]
+    key_lane, col_lane = np.asarray(key_lane), np.asarray(col_lane)
+    g_max, g_sum = _group(lanes, max_offsets), _group(lanes, sum_offsets)
+    shape = s.shape[:-1]
+    m = np.full(shape + (lanes,), -np.inf)
+    l = np.zeros(shape + (lanes,))
+    acc = np.zeros(shape + (v.shape[-1],))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        for start in range(0, n_k, tile):
+            st = s[..., start:start + tile]
+            owner = key_lane[start:start + tile]
+            own = np.stack([np.where(owner == t, st, -np.inf).max(axis=-1) for t in range(lanes)], -1)
+            m_tile = np.stack([own[..., g_max[t]].max(axis=-1) for t in range(lanes)], -1)
+            m_new = np.maximum(m, m_tile)
+            m_use = np.where(np.isfinite(m_new), m_new, 0.0) if guard else m_new
+            alpha = np.exp(m - m_use)
+            p = np.exp((st - m_use[..., owner]).astype(np.float32)).astype(np.float64)
+            l = l * alpha + np.stack([np.where(owner == t, p, 0.0).sum(axis=-1) for t in range(lanes)], -1)
+            pv = p if p_for_acc is None else p_for_acc(p)
+            acc = acc * alpha[..., col_lane] + pv @ v[..., start:start + tile, :]
+            m = m_new
+        l_row = np.stack([l[..., g_sum[t]].sum(axis=-1) for t in range(lanes)], -1)
+        l_col = l_row[..., col_lane]
+        o = np.where(l_col > 0, acc / np.where(l_col > 0, l_col, 1.0), 0.0) if guard else acc / l_col
+        l_lse = l[..., 0] if lse_own_l else l_row[..., 0]
+        lse = np.where(l_lse > 0, m[..., 0] + np.log(np.where(l_lse > 0, l_lse, 1.0)), -np.inf)
+    return o, lse
+
+
+def _offsets_text(offsets) -> str:
+    return " and ".join(map(str, offsets))
+
+
+def reduction_causes(ctx, s, v, visible=None, layout: str = "slices"):
+    """The row max's butterfly, or l's, or both, with some offsets left out (`layout`: "slices",
+    02's COLS lanes, or "quad", 06's fragment)."""
+    d, n_k = v.shape[-1], s.shape[-1]
+    if layout == "quad":
+        lanes, key_lane, col_lane = 4, (np.arange(n_k) % 8) // 2, (np.arange(d) % 8) // 2
+        who = "the 4 lanes of a quad"
+        dtype = ctx.params.get("dtype")      # P enters the mma, and o is stored, in the input type
+        into = (lambda x: lowp.rounded(x, dtype)) if dtype else None
+    else:
+        cols = (getattr(ctx, "config", None) or {}).get("COLS")
+        if not isinstance(cols, int) or cols < 2:
+            return
+        lanes, key_lane, col_lane = cols, (np.arange(n_k) // 4) % cols, (np.arange(d) // 4) % cols
+        who = f"the COLS = {cols} lanes that share a row"
+        into = None
+    full = tuple(1 << k for k in reversed(range(lanes.bit_length() - 1)))     # 4, 2, 1 (or 2, 1)
+    subsets = [c for r in range(len(full)) for c in itertools.combinations(full, r)]
+    variants = [(kept, full) for kept in subsets] + [(full, kept) for kept in subsets] + \
+               [(kept, kept) for kept in subsets]
+    for tile in tiles(ctx, "BLOCK_N"):
+        for (max_kept, sum_kept), guard in itertools.product(variants, (True, False)):
+            o_alt, lse_alt = lane_streamed(s, v, tile, lanes, key_lane, col_lane, max_kept, sum_kept,
+                                           visible, into, guard)
+            if not matches(ctx, o=into(o_alt) if into else o_alt, lse=lse_alt):
+                continue
+            which = [name for name, kept in (("max", max_kept), ("sum", sum_kept)) if kept != full]
+            missing = tuple(x for x in full if x not in (max_kept if "max" in which else sum_kept))
+            what = {"max": "the tile's row max", "sum": "the row sum l"}
+            said = " and ".join(what[w] for w in which)
+            kept = max_kept if "max" in which else sum_kept
+            reach = (f"each lane ends with the value of {2 ** len(kept)} of the {lanes} lanes" if kept
+                     else "each lane keeps its own")
+            yield Cause(f"reduce:{'_'.join(which)}_lanes:missing_{'_'.join(map(str, missing))}", (
+                f"{said} {'is' if len(which) == 1 else 'are'} reduced over {who} without the "
+                f"__shfl_xor_sync of offset {_offsets_text(missing)} (the output matches that, "
+                f"with key tiles of {tile}: {reach}). A row's keys are spread over those lanes, so "
+                f"the butterfly needs every offset, {_offsets_text(full)}, for the max (before P) "
+                f"and for l (before o = acc / l)."))
+        for guard in (True, False):
+            o_alt, lse_alt = lane_streamed(s, v, tile, lanes, key_lane, col_lane, full, full, visible, into,
+                                           guard, lse_own_l=True)
+            if matches(ctx, o=into(o_alt) if into else o_alt, lse=lse_alt):
+                yield Cause("lse:lane_l", (
+                    "lse is computed from the writing lane's own part of l, before the sum over "
+                    f"{who} (the output matches that, while o uses the whole row's l): lse = m + log(l) "
+                    "with l after its butterfly."))
