@@ -1,6 +1,8 @@
 """Checks for 01_online_softmax: row softmax and lse, one warp per row."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ...attention import references as R, weights
@@ -97,13 +99,12 @@ def _shuffle(a, offset, kind):
 
 
 def _replayed(x, start, m_kind, l_kind, rescale=(True, True), guard=True):
-    """y and lse of the kernel when its reduction starts at `start` with these shuffles, and its
-    merge rescales the sums as `rescale` says."""
+    """y and lse of the kernel when its reduction starts at `start` (or runs the offsets of the tuple
+    `start`) with these shuffles, and its merge rescales the sums as `rescale` says."""
     m, l = _lane_states(x) if rescale == (True, True) and guard else _streamed_lanes(x, rescale, guard)
-    offset = start
-    while offset > 0:
+    offsets = start if isinstance(start, tuple) else tuple(1 << k for k in reversed(range(start.bit_length())))
+    for offset in offsets:
         m, l = _merge(m, l, _shuffle(m, offset, m_kind), _shuffle(l, offset, l_kind), rescale, guard)
-        offset //= 2
     R, n = x.shape
     lane = np.arange(n) % 32
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -133,6 +134,18 @@ def diagnose(ctx):
                     f"the butterfly starts at offset {start} (the output matches it): lanes only combine "
                     f"within groups of {2 * start}, so each group normalises with its own (m, l). Start at "
                     "offset 16, half the warp, and halve down to 1."))
+    # The butterfly with offsets left out elsewhere than at its start (those are reduce:start).
+    full = (16, 8, 4, 2, 1)
+    for kept in (c for r in range(1, 5) for c in itertools.combinations(full, r)):
+        if kept == full[full.index(kept[0]):]:
+            continue
+        y_alt, lse_alt = _replayed(x, kept, "xor", "xor")
+        if matches(ctx, y=y_alt, lse=lse_alt) and (ctx.probe or rel(y_alt, ctx.ref["y"]) > 1e-5):
+            missing = [o for o in full if o not in kept]
+            yield Cause(f"reduce:max_sum_lanes:missing_{'_'.join(map(str, missing))}", (
+                f"the butterfly leaves out offset {' and '.join(map(str, missing))} (the output matches "
+                f"a reduction over offsets {', '.join(map(str, kept))} only): each lane ends with the "
+                f"state of {2 ** len(kept)} of the 32 lanes. Halve from 16 down to 1, every offset."))
     for rescale, cid, which in (((False, True), "merge:no_rescale_l", "its own sum l"),
                                 ((True, False), "merge:no_rescale_l2", "the other state's sum l2"),
                                 ((False, False), "merge:no_rescale", "either sum")):
