@@ -198,11 +198,82 @@ def recompute_causes(ctx):
                         f"tiles of {bm} queries × {bn} keys recomputing P there without the causal test): a "
                         "tile that straddles the diagonal needs P = 0 where j > i + (Nk - Nq), as in the "
                         "forward pass."))
+        yield from visited_causes(ctx, full, vis)
         top_left = np.arange(n_k)[None, :] <= np.arange(n_q)[:, None]
         if n_q != n_k and _replay(ctx, probs=lambda s, lse, v: full(s, lse, top_left)):
             yield Cause("mask:top_left", "the causal mask of the backward pass is aligned top-left (j <= i). It must match the forward "
                     "pass: bottom-right, key j visible to query i iff j <= i + (Nk - Nq).")
-    return
+    yield from unmasked_p_causes(ctx, _exp_with(lambda s, lse: lse_col(lse)))
+
+
+def visited(n_q: int, n_k: int, block_m: int, block_n: int, begin) -> np.ndarray:
+    """[n_q, n_k]: the pairs (i, j) the kernel visits. A key block starting at k_start runs the query
+    tiles from m_begin = max(0, begin(k_start, offset)) rounded down to a tile, to the end (the
+    solution's begin: k_start - offset, the first row that sees key k_start)."""
+    offset = n_k - n_q
+    k_start = (np.arange(n_k) // block_n) * block_n
+    m_begin = np.maximum(0, begin(k_start, offset)) // block_m * block_m
+    return np.arange(n_q)[:, None] >= m_begin[None, :]
+
+
+def visited_causes(ctx, full, vis):
+    """Causal: the key block's loop over query tiles starting elsewhere than at the first row that
+    sees it, or P's causal test, inside the visited tiles, missing or reading the key's index within
+    its tile."""
+    n_q, n_k = vis.shape
+    j = np.arange(n_k)[None, :]
+    i = np.arange(n_q)[:, None]
+    offset = n_k - n_q
+    for bm in tiles(ctx, "BLOCK_M"):
+        for bn in tiles(ctx, "BLOCK_N"):
+            seen = visited(n_q, n_k, bm, bn, lambda k0, off: k0 - off)
+            for cid, text, p_vis in (
+                    ("loop_start:query_tiles:offset_sign", (
+                        f"each key block's loop over query tiles starts at (k_start + offset) / BLOCK_M, "
+                        f"the offset's sign flipped (the output matches it, with tiles of {bm} queries × "
+                        f"{bn} keys): the first row that sees key k_start is i = k_start - offset, so "
+                        "m_begin = max(0, (k_start - offset) / BLOCK_M · BLOCK_M)."),
+                     vis & visited(n_q, n_k, bm, bn, lambda k0, off: k0 + off)),
+                    ("loop_start:query_tiles:no_offset", (
+                        f"each key block's loop over query tiles starts at k_start / BLOCK_M, without the "
+                        f"offset (the output matches it, with tiles of {bm} queries × {bn} keys): the first "
+                        "row that sees key k_start is i = k_start - offset, offset = Nk - Nq, so m_begin = "
+                        "max(0, (k_start - offset) / BLOCK_M · BLOCK_M)."),
+                     vis & visited(n_q, n_k, bm, bn, lambda k0, off: k0)),
+                    ("mask:tile_relative_key", (
+                        f"P's causal test compares the key's index within its tile, j, with i + offset, not "
+                        f"k_start + j (the output matches it, with key tiles of {bn}): right in the first key "
+                        "block only."),
+                     seen & (j - (j // bn) * bn <= i + offset))):
+                if not np.array_equal(p_vis, vis) and _replay(ctx, probs=lambda s, lse, v, t=p_vis: full(s, lse, t)):
+                    yield Cause(cid, text)
+
+
+def unmasked_p_causes(ctx, full):
+    """P recomputed without its visibility test, in the tiles the kernel visits: under causal the keys
+    past the diagonal get weight, and so do the zero-filled keys past n_k of the last, partial key
+    block, whose score is 0: their P = exp(0 - lse) is harmless (their K row is 0, their dK and dV are
+    never stored) until it overflows float32 (lse < -88.7), where dQ gets inf · 0 = NaN."""
+    vis = visible_of(ctx.inputs)
+    lse = np.asarray(ctx.inputs["lse"], np.float64)
+    n_q, n_k = np.asarray(ctx.inputs["q"]).shape[2], np.asarray(ctx.inputs["k"]).shape[2]
+    for bm in tiles(ctx, "BLOCK_M"):
+        for bn in tiles(ctx, "BLOCK_N"):
+            seen = visited(n_q, n_k, bm, bn, lambda k0, off: k0 - off) if vis is not None else np.ones((n_q, n_k), bool)
+            alt = dict(zip(OUTPUTS, gradients(ctx.inputs, probs=lambda s, l, v: full(s, l, seen))))
+            if n_k % bn:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    overflow = np.isfinite(lse) & (-lse / math.log(2.0) >= 128.0)   # exp2f(-lse · log2 e) = inf
+                nan_rows = overflow & seen[:, n_k - 1]                   # rows that visit the last key block
+                alt["dq"] = np.where(nan_rows[..., None], np.nan, alt["dq"])
+            if _matches(ctx, alt):
+                yield Cause("mask:missing", (
+                    f"P is recomputed without its visibility test in the tiles the kernel visits (the output "
+                    f"matches it, with tiles of {bm} queries × {bn} keys): "
+                    + ("keys j > i + (Nk - Nq) had weight 0 in the forward pass, and " if vis is not None else "")
+                    + f"the zero-filled keys past n_k = {n_k} get P = exp(0 - lse), which overflows where lse "
+                    "< -88.7 (dQ is then inf · 0 = NaN). P = 0 where the key is not visible: "
+                    "k_start + j >= n_k" + (" or j > i + offset." if vis is not None else ".")))
 
 
 def delta_causes(ctx):

@@ -434,6 +434,7 @@ def _strided_reads(bm: np.ndarray, row_stride: int, col_stride: int) -> list[np.
 def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mask=None,
                     count_columns_only: bool = False, element_col_in_tile: bool = False,
                     element_col_block: int | None = None, element_row_stride: int | None = None,
+                    rect_row_block: int | None = None, element_inverted: bool = False,
                     pad: bool = False) -> np.ndarray:
     """[B, H, Nq, Nk]: what the module's kernel lets each query see, tile by tile: a key tile is
     skipped when no block of its rectangle is kept, runs the per-element block test when some are
@@ -441,8 +442,9 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
     student's misreadings: the rectangle's bytes read from `class_mask` (another layout), a tile
     called partial only when fewer blocks are kept than it has mask columns, and the per-element
     test reading the key's column within its tile, or dividing it by `element_col_block`, or stepping
-    from one mask row to the next by `element_row_stride` bytes (reads past the whole mask find
-    `pad`, the allocation's padding)."""
+    from one mask row to the next by `element_row_stride` bytes, or testing for a kept block where a
+    dropped one is due (`element_inverted`), and the rectangle's rows found by dividing the tile's
+    rows by `rect_row_block` (reads past the whole mask find `pad`, the allocation's padding)."""
     class_mask = bm if class_mask is None else class_mask
     tm, tn = tile
     off = n_k - n_q
@@ -451,12 +453,17 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
     slabs = np.arange(bm.shape[0] * bm.shape[1]).reshape(bm.shape[:2]) * bm.shape[-1] * bm.shape[-2]
     for q0 in range(0, n_q, tm):
         q1 = min(q0 + tm, n_q)
-        r0, r1 = q0 // block[0], (q1 - 1) // block[0]
+        r0, r1 = q0 // (rect_row_block or block[0]), (q1 - 1) // (rect_row_block or block[0])
         kv_end = min(n_k, q1 + off) if causal else n_k
         for k0 in range(0, kv_end, tn):
             k1 = min(k0 + tn, n_k)
             c0, c1 = k0 // block[1], (k1 - 1) // block[1]
-            kept = class_mask[..., r0:r1 + 1, c0:c1 + 1].sum(axis=(-1, -2))
+            if rect_row_block:      # rows past the head's mask read on, through the flat buffer
+                at = (np.arange(r0, r1 + 1)[:, None] * bm.shape[-1] + np.arange(c0, c1 + 1)[None, :])
+                flat = np.concatenate([class_mask.reshape(-1), np.full(at.max() + 1, pad)])
+                kept = flat[slabs[..., None, None] + at].sum(axis=(-1, -2))
+            else:
+                kept = class_mask[..., r0:r1 + 1, c0:c1 + 1].sum(axis=(-1, -2))
             blocks = (c1 - c0 + 1) * (1 if count_columns_only else r1 - r0 + 1)
             partial = (kept < blocks)[..., None, None]
             cols = np.arange(k0, k1) - (k0 if element_col_in_tile else 0)
@@ -464,6 +471,8 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
             at = ((np.arange(q0, q1) // block[0])[:, None] * (element_row_stride or bm.shape[-1])
                   + (cols // (element_col_block or block[1]))[None, :])
             element = np.concatenate([bm.reshape(-1), np.full(at.max() + 1, pad)])[slabs[..., None, None] + at]
+            if element_inverted:
+                element = ~element
             vis[..., q0:q1, k0:k1] = (np.where(partial, element, True) & cm[q0:q1, k0:k1]
                                       & (kept > 0)[..., None, None])
     return vis
@@ -508,6 +517,14 @@ def tile_decision_causes(ctx, s, v):
         variants += [("block_mask:element_col_by_rows", dict(element_col_block=block[0], pad=pad),
                       "the per-element test divides the key's index by mb_rows, mask_i[j / mb_rows]: "
                       "key j's mask block is j / mb_cols") for pad in (False, True)]
+    variants += [("block_mask:element_test_inverted", dict(element_inverted=True),
+                  "in a partial tile the per-element test masks the keys whose mask block is kept, "
+                  "mask_i[j / mb_cols] != 0, and lets the dropped ones through: s = -INFINITY where the "
+                  "byte is 0")]
+    if block[0] != block[1]:
+        variants += [("block_mask:rect_rows_by_cols", dict(rect_row_block=block[1], pad=pad),
+                      "the rows of a tile's rectangle are found by dividing the tile's rows by mb_cols, "
+                      "br0 = q_start / mb_cols: query row i's mask row is i / mb_rows") for pad in (False, True)]
     if nr != nc:
         variants += [("block_mask:element_row_stride_n_mb_q", dict(element_row_stride=nr, pad=pad),
                       "the per-element test finds row i's mask bytes at mask + (i / mb_rows) · n_mb_q, with "

@@ -138,10 +138,17 @@ def matches(ctx, o=None, lse=None, **others) -> bool:
         unwritten = getattr(ctx.cmp.get(name), "unwritten", None)
         if unwritten is not None and np.any(unwritten):
             return False
-    def plain(alt) -> bool:
-        """A constant 0 or 1 (o = 0, log l = 0 of one-key rows, a weight of 1) matches many bugs."""
+    def constant(alt) -> float | None:
+        """0 or 1 where every finite value is that constant (o = 0, log l = 0 of one-key rows, a
+        weight of 1, up to float64 rounding: lse - max of one key is 5e-17), else None."""
         finite = np.asarray(alt, np.float64)[np.isfinite(alt)]
-        return bool(finite.size) and np.ptp(finite) == 0 and finite[0] in (0.0, 1.0)
+        return next((c for c in (0.0, 1.0) if finite.size and np.all(np.abs(finite - c) < 1e-12)), None)
+    # A constant computed with float64 rounding is that constant: the kernel's exact 0 matches it.
+    checks = [(n, np.where(np.isfinite(a), constant(a), a) if constant(a) is not None else a) for n, a in checks]
+
+    def plain(alt) -> bool:
+        """A constant 0 or 1 matches many bugs."""
+        return constant(alt) is not None
     # Only such constants name no bug alone, unless a -inf where the answer is finite (a row that saw
     # no key) tells, beside them. Any other value (lse = log 58 of 58 padded keys, the lse of a
     # one-row case) is as telling as any row. A constant match is still a match: it is reported as
