@@ -137,4 +137,76 @@ def diagnose(ctx):
                     "the slot inside a page is ignored: the output matches every key of a page reading "
                     "the page's first row. Key j sits at slot j % page_size of page "
                     "block_table[b · max_pages + j / page_size]."))
+    yield from position_causes(ctx)
     yield from replays.decode_diagnose(ctx, _gathered)
+
+
+def _read_at(ctx, pos) -> tuple:
+    """(o, lse) of attention over every sequence's first context_lens[b] keys, key j read from the
+    cache's row pos[b, j] (a flat row, page · page_size + slot), or None where a row is outside the
+    cache (the emulator names such a read)."""
+    i = ctx.inputs
+    kp, vp, lens = i["k_pages"], i["v_pages"], np.asarray(i["context_lens"])
+    num_pages, ps, Hkv, d = kp.shape
+    used = np.arange(pos.shape[1])[None, :] < lens[:, None]
+    if ((pos < 0) | (pos >= num_pages * ps))[used].any():
+        return None
+    flat = lambda x: np.asarray(x, np.float64).reshape(num_pages * ps, Hkv, d)       # noqa: E731
+    safe = np.where(used, pos, 0)
+    k, v = (flat(x)[safe].transpose(0, 2, 1, 3) for x in (kp, vp))                  # [B, Hkv, L, d]
+    return R.decode_attention(i["q"], k, v, lens, i["scale"])
+
+
+def position_causes(ctx):
+    """Keys read from the wrong rows of the cache while the softmax counts the right keys: the page
+    and slot computed with / and % exchanged, or the page lookup of the key loop, one step ahead,
+    missing at the first step or aimed at the wrong keys."""
+    i = ctx.inputs
+    bt, lens = np.asarray(i["block_table"]), np.asarray(i["context_lens"])
+    ps = i["k_pages"].shape[1]
+    B, max_pages = bt.shape
+    L = int(lens.max(initial=0))
+    if L == 0:
+        return
+    j = np.arange(L)
+    right = lambda b, jj: bt[b, jj // ps] * ps + jj % ps                               # noqa: E731
+    if ps > 1 and ps <= max_pages:
+        pos = np.array([np.where(j < lens[b], bt[b, np.minimum(j % ps, max_pages - 1)] * ps + j // ps, 0)
+                        for b in range(B)])
+        alt = _read_at(ctx, pos)
+        if alt is not None and replays.matches(ctx, *alt):
+            yield Cause("page:div_mod_swapped", (
+                "physical_pos exchanges / and %: the output matches key j read from slot j / page_size "
+                "of page block_table[b][j % page_size]. The page is block_table[b · max_pages + "
+                "j / page_size], the slot j % page_size."))
+    config = replays.kernel_config(getattr(ctx, "config", None), ctx.params)
+    W, KPS = config.get("WARPS"), config.get("KEYS_PER_STEP")
+    if not (isinstance(W, int) and isinstance(KPS, int)):
+        return
+    stride = W * KPS
+    # The launch splits the longest context the table can address, max_pages · page_size.
+    for chunk in sorted(set(replays.split_sizes(ctx, L)) | set(replays.split_sizes(ctx, max_pages * ps)), reverse=True):
+        for cid, text, first_missing, ahead in (
+                ("page_lookup:first_step_missing",
+                 "the first step's page lookup is missing: each warp reads its first KEYS_PER_STEP keys "
+                 "from cache row 0 (pos_next = 0 before the loop), later steps are right. Look up the "
+                 "first step's positions before the loop, as the loop does for the next step", True, stride),
+                ("page_lookup:next_step_keys_per_step",
+                 "the look-ahead finds the positions of keys j0 + KEYS_PER_STEP + u, not of the warp's next "
+                 "step j0 + WARPS · KEYS_PER_STEP + u: from its second step on, a warp reads other keys' rows "
+                 "(row 0 past the split's end)", False, KPS)):
+            pos = np.zeros((B, L), np.int64)
+            for b in range(B):
+                for lo, hi in R.split_ranges(int(lens[b]), chunk):
+                    for w in range(W):
+                        looked = [lo + w * KPS + u for u in range(KPS)]        # the first lookup's keys
+                        for j0 in range(lo + w * KPS, hi, stride):
+                            for u in range(KPS):
+                                if j0 + u < hi:
+                                    jl = looked[u]
+                                    first = j0 == lo + w * KPS
+                                    pos[b, j0 + u] = 0 if (first and first_missing) or jl >= hi else right(b, jl)
+                            looked = [j0 + ahead + u for u in range(KPS)]
+            alt = _read_at(ctx, pos)
+            if alt is not None and replays.matches(ctx, *alt):
+                yield Cause(cid, f"{text} (the output matches that, with {replays.split_words(chunk, lens)}).")
