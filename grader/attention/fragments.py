@@ -87,6 +87,13 @@ def streaming_causes(ctx, s, v, visible=None):
                     f"P reaches the second mma with {what} (the output matches that, with key tiles of "
                     f"{tile}; l sums the right P): check how P's registers are packed into the A fragment "
                     "of P V against the layout in the lesson."))
+        o_alt, lse_alt = streamed(s_pad, v, tile, visible=vis_pad, rescale_acc=lambda a: _rescale_indexed_by_r(a, d), p_for_acc=into_mma)
+        if matches(ctx, o=o_alt[..., :n_q, :], lse=lse_alt[..., :n_q]):
+            yield Cause("rescale:acc_index_r", (
+                f"the rescale of acc indexes the accumulator's elements with r and r + 1, not 2r and "
+                f"2r + 1 (the output matches that, with key tiles of {tile}): for row g + 8 (r = 1) it "
+                "multiplies elements 1 and 2, so element 1 (row g) gets both rows' alpha and element 3 "
+                "(row g + 8) none. Row g holds elements 0 and 1, row g + 8 elements 2 and 3."))
         for parity, name in ((1, "odd"), (0, "even")):
             cols = np.arange(d) % 2 != parity                    # the columns that are rescaled
             o_alt, lse_alt = streamed(s, v, tile, visible=visible, rescale_acc=cols, p_for_acc=into_mma)
@@ -96,3 +103,49 @@ def streaming_causes(ctx, s, v, visible=None):
                     f"with key tiles of {tile}): those keep earlier tiles' sums at their old scale when the "
                     "max grows. Each accumulator register of the row, both elements of every pair, is "
                     "multiplied by alpha."))
+
+
+def _rescale_indexed_by_r(alpha, d: int):
+    """Each acc element's factor when row r's rescale reaches elements r and r + 1 of the C fragment
+    (elements 0, 1: row g, columns 2t, 2t + 1; elements 2, 3: row g + 8): row g's odd columns get
+    alpha_g · alpha_(g+8), row g + 8's odd columns nothing. alpha [..., rows], rows a multiple of 16."""
+    rows = alpha.shape[-1]
+    halves = alpha.reshape(alpha.shape[:-1] + (rows // 16, 2, 8))
+    partner = halves[..., ::-1, :].reshape(alpha.shape)
+    upper = (np.arange(rows) % 16 < 8)
+    odd = np.where(upper, alpha * partner, 1.0)
+    return np.where(np.arange(d) % 2 == 0, alpha[..., None], odd[..., None])
+
+
+def operand_layout_causes(ctx, s, v, visible=None):
+    """The second mma's products written to the wrong accumulator tiles, and K's 16×16 blocks read
+    with their row and column block exchanged (ldmatrix of block16(kk, np) for block16(np, kk))."""
+    d = v.shape[-1]
+    if d % 16 == 0:
+        # acc[dp] and acc[dp + 1] for acc[2dp] and acc[2dp + 1]: 8-feature tile t sums V's features
+        # 16t .. 16t + 7 (t < d / 16) and 16t - 8 .. 16t - 1 (1 <= t <= d / 16); the rest stay 0.
+        v_alt = np.zeros_like(np.asarray(v, np.float64))
+        for t in range(d // 8):
+            if t < d // 16:
+                v_alt[..., 8 * t:8 * t + 8] += v[..., 16 * t:16 * t + 8]
+            if 1 <= t <= d // 16:
+                v_alt[..., 8 * t:8 * t + 8] += v[..., 16 * t - 8:16 * t]
+        if matches(ctx, *attend(s, v_alt, visible)):
+            yield Cause("fragment:acc_tile_index", (
+                "the second mma writes feature block dp to acc[dp] and acc[dp + 1], not acc[2dp] and "
+                "acc[2dp + 1] (the output matches that): each 16-feature block of V fills two 8-feature "
+                "accumulator tiles, so they overlap and the upper half of o stays 0."))
+    for bn in tiles(ctx, "BLOCK_N"):
+        if d != bn:
+            continue            # only a square K tile keeps the exchanged blocks inside it
+        k = np.asarray(ctx.inputs["k"], np.float64)
+        n_k = k.shape[-2]
+        pad = np.concatenate([k, np.zeros(k.shape[:-2] + (-n_k % bn, d))], axis=-2)
+        t = pad.reshape(pad.shape[:-2] + (-1, bn // 16, 16, d // 16, 16))
+        k_alt = np.swapaxes(t, -4, -2).reshape(pad.shape)[..., :n_k, :]
+        alt = dict(ctx.inputs, k=k_alt)
+        if matches(ctx, *attend(*scores(alt), visible)):
+            yield Cause("fragment:k:blocks_exchanged", (
+                f"K's 16×16 blocks are read with their indices exchanged, block16(kk, np) for "
+                f"block16(np, kk) (the output matches that, with key tiles of {bn}): key block np "
+                "pairs with feature block kk of Q, so it must be rows np, columns kk of the K tile."))

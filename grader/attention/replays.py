@@ -68,7 +68,9 @@ def attend(s, v, visible=None):
 def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_max=False, first_zero=False,
              p_for_acc=None):
     """The online softmax over key tiles, as a kernel runs it, with the rescale optionally left out
-    (rescale_acc may also be a mask over acc's columns: those rescaled), or (stale_max) each tile's P
+    (rescale_acc may also be a mask over acc's columns: those rescaled, or a function of alpha giving
+    each element's factor; rescale_l="after": l rescaled after this tile's sum is added), or
+    (stale_max) each tile's P
     taken against the max before the tile (0 before the first), or (first_zero) a row's first tile
     with a visible key taken against 0 instead of its max. p_for_acc(p) is the P the second product
     reads (rounded to the input type, or rearranged), where l sums p itself."""
@@ -82,15 +84,18 @@ def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_m
             st = s[..., start:start + tile]
             m_new = np.maximum(m, st.max(axis=-1))
             m_use = np.where(np.isfinite(m_new), m_new, 0.0)
-            alpha = np.exp(m - m_use)
+            alpha = np.exp((m - m_use).astype(np.float32)).astype(np.float64)   # float32, as the kernel
             shift = np.where(np.isfinite(m), m, 0.0) if stale_max else m_use
             if first_zero:
                 shift = np.where(np.isfinite(m), m_use, 0.0)
             # In float32, as the kernel computes it: a shift far from the scores underflows to 0
             # (or overflows to inf) there, and that is what a bug with the wrong shift gives.
             p = np.exp((st - shift[..., None]).astype(np.float32)).astype(np.float64)
-            l = (l * alpha if rescale_l else l) + p.sum(axis=-1)
-            factor = np.where(rescale_acc, alpha[..., None], 1.0)
+            if rescale_l == "after":
+                l = (l + p.sum(axis=-1)) * alpha
+            else:
+                l = (l * alpha if rescale_l else l) + p.sum(axis=-1)
+            factor = rescale_acc(alpha) if callable(rescale_acc) else np.where(rescale_acc, alpha[..., None], 1.0)
             pv = p if p_for_acc is None else p_for_acc(p)
             acc = acc * factor + pv @ v[..., start:start + tile, :]
             m = m_new
@@ -128,6 +133,10 @@ def matches(ctx, o=None, lse=None, **others) -> bool:
     checks = [(name, alt) for name, alt in (("o", o), ("lse", lse), *others.items()) if alt is not None]
     if not checks:
         return False
+    dtype = ctx.params.get("dtype")
+    if dtype:       # a low-precision kernel stores o in its input type: past its range, inf
+        with np.errstate(over="ignore"):
+            checks = [(n, lowp.rounded(a, dtype) if n == "o" else a) for n, a in checks]
     probe = getattr(ctx, "probe", None)
     if probe:
         # A passing case (verdict.settle) asks whether the replay predicts a wrong answer here, where
@@ -247,6 +256,12 @@ def tile_bug_causes(ctx, s, v, visible=None):
                 "output matches that): the guard for an empty state must test the new max, m_use = "
                 "(m_new == -INFINITY) ? 0 : m_new, not the old one, which is -INFINITY before every "
                 "row's first visible key."))
+        if matches(ctx, *streamed(s, v, tile, rescale_l="after", visible=visible)):
+            yield Cause("rescale:l_after_sum", (
+                f"l is rescaled after this tile's P is added, l = (l + rowsum(P)) · alpha, not before "
+                f"(the output matches that, with key tiles of {tile}): the new tile's sum is already "
+                f"against m_new, so l = l · alpha + rowsum(P). On a row's first tile alpha = 0, which "
+                f"wipes that tile's sum."))
         if n_k <= tile:
             continue
         if matches(ctx, o=streamed(s, v, tile, rescale_acc=False, visible=visible)[0]):
@@ -443,7 +458,7 @@ def exp2_shift_in_other_units(t, v, visible=None, dtype=None):
     prevents. With `dtype` (06), the second product reads P rounded to it, where l sums P itself."""
     t = np.where(visible, t, -np.inf) if visible is not None else np.asarray(t, np.float64)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        m = (t * LOG2E).max(axis=-1)
+        m = (t * LOG2E).max(axis=-1, initial=-np.inf)
         m = np.where(np.isfinite(m), m, 0.0)
         p = np.exp2((t - m[..., None]).astype(np.float32))
         l = p.sum(axis=-1, dtype=np.float32)
