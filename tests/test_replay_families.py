@@ -49,3 +49,49 @@ def test_a_tile_called_partial_by_its_columns_alone_runs_whole():
     vis = BS.decided_visible(bm, (32, 32), 64, 64, (64, 64), False, count_columns_only=True)
     assert vis.all()                        # 3 kept >= 2 columns: "whole", the dropped block leaks
     assert not BS.visible(bm, (32, 32), 64, 64)[..., 32:, :32].any()
+
+
+def _attention(s, v):
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    l = p.sum(axis=-1)
+    return p @ v / l[..., None], s.max(axis=-1) + np.log(l)
+
+
+def test_a_full_butterfly_over_the_lanes_is_the_softmax():
+    from grader.attention.lanes import lane_streamed
+    rng = np.random.default_rng(1)
+    s, v = rng.normal(size=(2, 5, 70)), rng.normal(size=(2, 70, 32))
+    o, lse = _attention(s, v)
+    for lanes, key_lane, col_lane, full in ((8, (np.arange(70) // 4) % 8, (np.arange(32) // 4) % 8, (4, 2, 1)),
+                                            (4, (np.arange(70) % 8) // 2, (np.arange(32) % 8) // 2, (2, 1))):
+        o_alt, lse_alt = lane_streamed(s, v, 64, lanes, key_lane, col_lane, full, full)
+        assert np.allclose(o_alt, o, rtol=1e-5) and np.allclose(lse_alt, lse, rtol=1e-5)
+        # Each lane alone: o's columns divided by their own lane's part of l, which is smaller.
+        o_own, _ = lane_streamed(s, v, 64, lanes, key_lane, col_lane, full, ())
+        assert (np.abs(o_own) > np.abs(o) * 1.5).mean() > 0.9
+
+
+def test_the_exp2_replay_with_m_in_log2_units_is_softmax_of_scaled_scores():
+    from grader.attention.replays import exp2_shift_in_other_units
+    rng = np.random.default_rng(2)
+    t, v = rng.normal(size=(3, 40)), rng.normal(size=(40, 16))
+    o, lse = exp2_shift_in_other_units(t, v)
+    o_want, lse_want = _attention(t * np.log(2.0), v)
+    assert np.allclose(o, o_want, rtol=1e-4) and np.allclose(lse, lse_want, rtol=1e-4)
+    o0, lse0 = exp2_shift_in_other_units(np.zeros((2, 0)), np.zeros((0, 16)))     # no keys at all
+    assert (o0 == 0).all() and (lse0 == -np.inf).all()
+
+
+def test_the_backward_visits_the_query_tiles_from_the_first_row_that_sees_the_key_block():
+    from grader.attention.backward import visited
+    seen = visited(100, 230, 64, 64, lambda k0, off: k0 - off)       # offset 130
+    assert seen.all()                                  # every key block's first row is at or before 0
+    seen = visited(200, 200, 64, 64, lambda k0, off: k0 - off)
+    assert seen[64:, 64].all() and not seen[:64, 64].any() and seen[:, :64].all()
+
+
+def test_an_inverted_element_test_keeps_whole_tiles_and_flips_partial_ones():
+    bm = np.array([[[[1, 0], [1, 1]]]], bool)
+    vis = BS.decided_visible(bm, (32, 32), 64, 64, (64, 64), False, element_inverted=True)
+    truth = BS.visible(bm, (32, 32), 64, 64)
+    assert np.array_equal(vis, ~truth)                 # one tile, partial: every key flipped
