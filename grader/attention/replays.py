@@ -428,20 +428,23 @@ def head_causes(ctx, visible=None):
                 "missing its head offset (h · N · d, h_kv · N · d for k and v)."))
 
 
-def restrided(x, row_stride: int) -> np.ndarray:
+def restrided(x, row_stride: int, slab_rows: int | None = None) -> np.ndarray:
     """x [B, H, N, d] as a kernel reads it with rows row_stride elements apart (d is right) from
-    each head's start: element (j, c) at j · row_stride + c. Reads past the array find 0 (the
-    emulator faults there first)."""
+    each head's start, the heads slab_rows rows apart (N is right): element (j, c) of head bh at
+    bh · slab_rows · d + j · row_stride + c. Reads past the array find 0 (the emulator faults
+    there first)."""
     x = np.asarray(x, np.float64)
     B, H, N, d = x.shape
-    flat = np.concatenate([x.reshape(-1), np.zeros(N * d)])
-    idx = (np.arange(B * H).reshape(B, H)[..., None, None] * N * d
+    slab = (N if slab_rows is None else slab_rows) * d
+    idx = (np.arange(B * H).reshape(B, H)[..., None, None] * slab
            + np.arange(N)[:, None] * row_stride + np.arange(d)[None, :])
+    flat = np.concatenate([x.reshape(-1), np.zeros(max(int(idx.max()) + 1 - x.size, 0))])
     return flat[idx]
 
 
 def stride_causes(ctx, visible=None):
-    """q, k or v read with the row stride 1 (x[j + c]) instead of d (x[j · d + c])."""
+    """q, k or v read with the row stride 1 (x[j + c]) instead of d (x[j · d + c]), or with its heads
+    the other length's rows apart (n_q for k and v, n_k for q)."""
     for name in ("q", "k", "v"):
         alt = dict(ctx.inputs)
         alt[name] = restrided(ctx.inputs[name], 1)
@@ -449,6 +452,21 @@ def stride_causes(ctx, visible=None):
             yield Cause(f"index_stride:{name}:1", (
                 f"{name} is read with rows 1 element apart, {name}[j + c], instead of d apart (the output "
                 f"matches that): row j of {name} starts at j · d, element c of it is {name}[j · d + c]."))
+    n_q, n_k = np.shape(ctx.inputs["q"])[-2], np.shape(ctx.inputs["k"])[-2]
+    if n_q == n_k:
+        return
+    for names, rows, own, other in ((("q",), n_k, "n_q", "n_k"), (("k",), n_q, "n_k", "n_q"),
+                                    (("v",), n_q, "n_k", "n_q"), (("k", "v"), n_q, "n_k", "n_q")):
+        alt = dict(ctx.inputs)
+        for x in names:
+            d = np.shape(ctx.inputs[x])[-1]
+            alt[x] = restrided(ctx.inputs[x], d, rows)
+        if matches(ctx, *attend(*scores(alt), visible)):
+            which = " and ".join(names)
+            yield Cause(f"index_slab:{''.join(names)}:{other}", (
+                f"the heads of {which} are found {other} rows apart, not {own} (the output matches that): "
+                f"head (b, h) of {which} starts at ((b · H + h) · {own} + j) · d, with {which}'s own length "
+                f"{own}. Batch 0's first head is right, which is why the cases with one head pass."))
 
 
 def exp2_shift_in_other_units(t, v, visible=None, dtype=None):
@@ -963,6 +981,35 @@ def split_causes(ctx, kv_cache_fn):
                         "last key is left out): a split covers keys start <= j < end with end = "
                         "min(start + chunk, context_lens[b])."))
                     break
+        if "o_part:no_division" not in named:
+            # Each split's o_part stored without its division by l: acc relative to the split's max.
+            heads = [R.kv_head_of(h, q.shape[1], k.shape[1]) for h in range(q.shape[1])]
+            sc = scale * np.einsum("bhd,bhjd->bhj", np.asarray(q, np.float64), np.asarray(k, np.float64)[:, heads])
+            m_s = np.full(lse_part.shape, -np.inf)
+            for b in range(len(lens)):
+                for sp, (lo, hi) in enumerate(R.split_ranges(int(lens[b]), chunk)):
+                    m_s[b, :, sp] = sc[b, :, lo:hi].max(axis=-1)
+            with np.errstate(invalid="ignore"):
+                l_s = np.where(np.isfinite(lse_part), np.exp(lse_part - np.where(np.isfinite(m_s), m_s, 0.0)), 0.0)
+            o_alt, lse_alt = R.combine_partials(o_part * l_s[..., None], lse_part)
+            if matches(ctx, o=o_alt, lse=lse_alt):
+                named.add("o_part:no_division")
+                yield Cause("o_part:no_division", (
+                    f"each split's o_part is stored without its division by l (the output matches the "
+                    f"combine of acc itself, with {split_words(chunk, lens)}): a split writes its "
+                    "normalised o_s = acc / l, and its lse_s, which the combine weighs."))
+        if "split_end:max_len" not in named:
+            # The last split's end clamped to the cache, min(start + chunk, max_len), not to the
+            # context: it reads the cache rows past the context up to its chunk's end.
+            reach = np.where(lens > 0, np.minimum(-(-lens // chunk) * chunk, L), 0)
+            if (reach != lens).any() and reach.max() <= k.shape[2]:
+                if matches(ctx, *R.decode_attention(q, k, v, reach, scale)):
+                    named.add("split_end:max_len")
+                    yield Cause("split_end:max_len", (
+                        f"the split that holds a context's end reads on past it, to the end of its chunk "
+                        f"(the output matches keys up to min(start + chunk, max_len), with "
+                        f"{split_words(chunk, lens)}): the cache rows past context_lens[b] are not this "
+                        "sequence's keys. end = min(start + chunk, context_lens[b])."))
     yield from warp_key_causes(ctx, k, v, lens, split_sizes(ctx, L))
     yield from warp_merge_causes(ctx, k, v, lens, split_sizes(ctx, L))
 
@@ -1053,7 +1100,8 @@ def warp_merge_causes(ctx, k, v, lens, chunks):
     heads = [R.kv_head_of(h, H, Hkv) for h in range(H)]
     kk, vv = np.asarray(k, np.float64)[:, heads], np.asarray(v, np.float64)[:, heads]      # [B, H, L, d]
     scores_all = scale * np.einsum("bhd,bhjd->bhj", q, kk)
-    variants = (("merge:l_unweighted", "l", "the l"), ("merge:acc_unweighted", "acc", "the acc"))
+    variants = (("merge:l_unweighted", "l", "the l"), ("merge:acc_unweighted", "acc", "the acc"),
+                ("merge:weight_base", "base", ""))
     for chunk in chunks:
         if chunk <= KPS:
             continue                        # one warp's keys per split: nothing to merge
@@ -1072,12 +1120,20 @@ def warp_merge_causes(ctx, k, v, lens, chunks):
                 m_blk = m.max(axis=-1, keepdims=True)
                 alpha = np.exp(m - m_blk)                                                     # 0 for empty warps
                 for cid, which, _ in variants:
-                    l_sum = l_w.sum(-1) if which == "l" else (alpha * l_w).sum(-1)
-                    acc = (acc_w.sum(1) if which == "acc" else (alpha[..., None] * acc_w).sum(1))
+                    # "base": weights expf(m2_w - m2_blk) of maxima in log2 units, where exp2f is due
+                    a = np.exp((m - m_blk) / math.log(2.0)) if which == "base" else alpha
+                    l_sum = l_w.sum(-1) if which == "l" else (a * l_w).sum(-1)
+                    acc = (acc_w.sum(1) if which == "acc" else (a[..., None] * acc_w).sum(1))
                     parts[cid][0][b, :, sp] = acc / l_sum[:, None]
                     parts[cid][1][b, :, sp] = m_blk[:, 0] + np.log(l_sum)
         for cid, which, what in variants:
             o_alt, lse_alt = R.combine_partials(*parts[cid])
+            if matches(ctx, o=o_alt, lse=lse_alt) and which == "base":
+                yield Cause(cid, (
+                    f"the merge of the {W} warps' states weighs each warp by expf(m_w - m_blk), but the "
+                    f"maxima are in log2 units (the output matches that, with {split_words(chunk, lens)}): "
+                    "the weight is exp2f(m_w - m_blk)."))
+                return
             if matches(ctx, o=o_alt, lse=lse_alt):
                 yield Cause(cid, (
                     f"the merge of the {W} warps' states adds {what} of each warp without its weight "
