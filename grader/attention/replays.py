@@ -199,6 +199,24 @@ def unwritten_mask(ctx, name) -> np.ndarray:
     return np.asarray(mask) if mask is not None else is_poison(ctx.out[name])
 
 
+def unwritten_as(ctx, predicted: dict) -> bool:
+    """Did the kernel leave exactly the predicted elements unwritten (still the grader's NaN) and
+    write every other element of every output right? `predicted`: output name -> mask of the
+    elements a grid, a loop or a store never reaches (an output not named: all written)."""
+    probe = getattr(ctx, "probe", None)
+    if probe:
+        wrong = any(np.any(m) for m in predicted.values())
+        return wrong if probe == "wrong" else not wrong
+    for name, got in ctx.out.items():
+        want = np.broadcast_to(np.asarray(predicted.get(name, False), bool), np.shape(got))
+        if not np.array_equal(np.asarray(unwritten_mask(ctx, name), bool), want):
+            return False
+        written = ~want
+        if written.any() and rel(np.asarray(got, np.float64)[written], ctx.ref[name][written]) >= MATCH:
+            return False
+    return any(np.any(m) for m in predicted.values())
+
+
 def early_return_causes(ctx):
     """Query tiles that never reach their store: the tiles that start at or past n_k, or the last,
     partial tile. Their rows of o and lse still hold the grader's NaN, and every other element is

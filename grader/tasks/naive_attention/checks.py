@@ -28,6 +28,7 @@ def diagnose(ctx):
     # the exponent, the key range, the indexing, the scale.
     s, v = replays.scores(ctx.inputs)
     yield from softmax_rows_cause(ctx, s, v)
+    yield from output_grid_cause(ctx)
     yield from replays.output_causes(ctx, s, v)
     yield from replays.exponent_causes(ctx, s, v)
     yield from replays.key_range_causes(ctx, s, v)
@@ -53,3 +54,18 @@ def softmax_rows_cause(ctx, s, v):
             f"(from row {first} of the flattened (b, h, i) on): their lse still holds the grader's NaN and "
             "their o matches the unnormalised scores times V, S V (the output matches that). The softmax "
             "kernel's grid must cover every row: cdiv(B · H · n_q, threads per block) blocks."))
+
+
+def output_grid_cause(ctx):
+    """The output kernel's grid with x and y exchanged, (cdiv(n_q, 16), cdiv(d, 16)): its threads
+    cover the features below 16 · cdiv(n_q, 16) of the rows below 16 · cdiv(d, 16) only."""
+    B, H, n_q, d = np.shape(ctx.ref["o"])
+    tile = 16
+    i, c = np.arange(n_q)[:, None], np.arange(d)[None, :]
+    missed = (i >= tile * -(-d // tile)) | (c >= tile * -(-n_q // tile))
+    if replays.unwritten_as(ctx, {"o": np.broadcast_to(missed, (B, H, n_q, d))}):
+        yield Cause("grid:output_xy_swapped", (
+            f"o's rows from {tile * -(-d // tile)} on (or its features from {tile * -(-n_q // tile)} on) were "
+            "never written, exactly as an output grid with x and y exchanged leaves them: (cdiv(n_q, 16), "
+            "cdiv(d, 16)) where the kernel reads blockIdx.x as the feature block. The grid is "
+            "(cdiv(d, 16), cdiv(n_q, 16), B · H)."))

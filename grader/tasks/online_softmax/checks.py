@@ -69,8 +69,13 @@ def _merge(m, l, m2, l2, rescale=(True, True), guard=True):
     guard=False one without the return for two empty states (exp(-inf - -inf) is NaN)."""
     m_new = np.maximum(m, m2)
     safe = np.where(np.isfinite(m_new), m_new, 0.0) if guard else m_new
-    def rescaled(l, m, how):            # True: l · exp(m - m_new); False: l; "flip": l · exp(m_new - m)
-        return l * np.exp(safe - m) if how == "flip" else l * np.exp(m - safe) if how else l
+    def exp32(t):                       # expf: it overflows and underflows where float64 would not
+        return np.exp(np.asarray(t, np.float32)).astype(np.float64)
+
+    def rescaled(l, m_l, how):          # True: l · exp(m_l - m_new); False: l; "flip": l · exp(m_new - m_l);
+        if how == "old":                # "old": l · exp(m_l - m), against the state's old max
+            return l * exp32(m_l - m)
+        return l * exp32(safe - m_l) if how == "flip" else l * exp32(m_l - safe) if how else l
     with np.errstate(invalid="ignore", over="ignore"):
         own, other = rescaled(l, m, rescale[0]), rescaled(l2, m2, rescale[1])
         l_new = np.where(np.isfinite(m_new), own + other, l) if guard else own + other
@@ -98,13 +103,15 @@ def _shuffle(a, offset, kind):
     return a[:, src]
 
 
-def _replayed(x, start, m_kind, l_kind, rescale=(True, True), guard=True):
+def _replayed(x, start, m_kind, l_kind, rescale=(True, True), guard=True, l_from_m=False):
     """y and lse of the kernel when its reduction starts at `start` (or runs the offsets of the tuple
-    `start`) with these shuffles, and its merge rescales the sums as `rescale` says."""
+    `start`) with these shuffles, and its merge rescales the sums as `rescale` says (`l_from_m`: the
+    partner's l fetched from its m)."""
     m, l = _lane_states(x) if rescale == (True, True) and guard else _streamed_lanes(x, rescale, guard)
     offsets = start if isinstance(start, tuple) else tuple(1 << k for k in reversed(range(start.bit_length())))
     for offset in offsets:
-        m, l = _merge(m, l, _shuffle(m, offset, m_kind), _shuffle(l, offset, l_kind), rescale, guard)
+        m, l = _merge(m, l, _shuffle(m, offset, m_kind), _shuffle(m if l_from_m else l, offset, l_kind),
+                      rescale, guard)
     R, n = x.shape
     lane = np.arange(n) % 32
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -165,6 +172,18 @@ def diagnose(ctx):
                 f"merge (TODO 1) rescales {which} with the exponent's sign reversed (the output matches "
                 f"exp(m_new - ...) there): the new max is at least the old one, so the factor is "
                 f"{term}, at most 1."))
+    y_alt, lse_alt = _replayed(x, 16, "xor", "xor", (True, "old"))
+    if matches(ctx, y=y_alt, lse=lse_alt):
+        yield Cause("merge:l2_old_max", (
+            "merge (TODO 1) rescales the other state's sum against this state's old max, "
+            "l2 · exp(m2 - m), not the new one (the output matches that merge): both sums are brought "
+            "to m_new = max(m, m2): l = l · exp(m - m_new) + l2 · exp(m2 - m_new)."))
+    y_alt, lse_alt = _replayed(x, 16, "xor", "xor", l_from_m=True)
+    if matches(ctx, y=y_alt, lse=lse_alt):
+        yield Cause("reduce:l_reads_m", (
+            "the butterfly hands each lane its partner's m where the partner's l is due (the output "
+            "matches l_other = __shfl_xor_sync(..., m, offset)): shuffle l for l, m for m."))
+    yield from unwritten_causes(ctx, x)
     y_alt, lse_alt = _replayed(x, 16, "xor", "xor", guard=False)
     if matches(ctx, y=y_alt, lse=lse_alt):
         yield Cause("merge:no_guard", (
@@ -181,3 +200,26 @@ def diagnose(ctx):
     if matches(ctx, lse=lse_ref - row_max) or matches(ctx, lse=(lse_ref - row_max) / np.log(2.0)):
         yield Cause("lse:no_max", "lse is missing the max (the output matches log(l) alone): lse = m + log(l).")
     yield from weights.softmax_rows_observation(ctx, x)
+
+
+ROWS_PER_BLOCK = 4      # the lesson's block: 32 lanes × 4 rows (a student's other choice is not replayed)
+
+
+def unwritten_causes(ctx, x):
+    """Rows or elements never written, exactly where a wrong row index or store loop leaves them."""
+    from ...attention.replays import unwritten_as
+    R_, n = x.shape
+    r = np.arange(R_)
+    blocks = -(-R_ // ROWS_PER_BLOCK)
+    missed_rows = ~((r % 32 < ROWS_PER_BLOCK) & (r < 32 * blocks))
+    if unwritten_as(ctx, {"y": np.broadcast_to(missed_rows[:, None], x.shape), "lse": missed_rows}):
+        yield Cause("grid:rows_blockdim_x", (
+            "only rows 32·b .. 32·b + 3 were written, exactly as a row index blockIdx.x · blockDim.x + "
+            "threadIdx.y leaves them: blockDim.x is the 32 lanes of a row, blockDim.y the rows of a "
+            "block. row = blockIdx.x · blockDim.y + threadIdx.y."))
+    missed = np.broadcast_to(np.arange(n) % 32 != 0, x.shape)
+    if unwritten_as(ctx, {"y": missed}):
+        yield Cause("store:loop_start_0", (
+            "y was written only at the columns j that are multiples of 32, exactly as a store loop "
+            "for (j = 0; j < n; j += 32) in every lane leaves it: lane t stores columns t, t + 32, ..., "
+            "so the loop starts at j = lane."))
