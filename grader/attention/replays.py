@@ -190,7 +190,28 @@ def prefill_causes(ctx, s, v, visible=None):
     yield from tile_bug_causes(ctx, s, v, visible)
     yield from key_range_causes(ctx, s, v, visible)
     yield from setup_causes(ctx, visible)
+    yield from tile_start_causes(ctx, visible)
     yield from reduction_causes(ctx, s, v, visible)
+
+
+def tile_start_causes(ctx, visible=None):
+    """A tile's load without the tile's start: every query tile reads the rows of query tile 0, or
+    every key tile the keys (and values) of key tile 0."""
+    n_q, n_k = np.shape(ctx.inputs["q"])[-2], np.shape(ctx.inputs["k"])[-2]
+    for names, n, key, what in ((("q",), n_q, "BLOCK_M", "query tile 0's rows: q_start"),
+                                (("k", "v"), n_k, "BLOCK_N", "key tile 0's keys and values: kv_start")):
+        for tile in tiles(ctx, key):
+            if n <= tile:
+                continue
+            alt = dict(ctx.inputs)
+            for x in names:
+                alt[x] = np.asarray(ctx.inputs[x])[..., np.arange(n) % tile, :]
+            if matches(ctx, *attend(*scores(alt), visible)):
+                which = " and ".join(names)
+                yield Cause(f"index_drop:tile_start:{''.join(names)}", (
+                    f"every tile reads {what.split(':')[0]} (the output matches {which} loaded without the "
+                    f"tile's start, with tiles of {tile}): row r of a tile is row {what.split(': ')[1]} + r. "
+                    "The first tile is right, which is why short cases pass."))
 
 
 def unwritten_mask(ctx, name) -> np.ndarray:
