@@ -348,6 +348,11 @@ def accumulation_causes(ctx):
             if _replay(ctx, **{kw: factor}):
                 yield Cause(f"{name.lower()}:scale_{'missing' if factor != ctx.inputs['scale'] else 'twice'}", f"{name} is computed {what}: S = scale · Q K^T, so {name} = scale · "
                         f"{'dS K' if name == 'dQ' else 'dS^T Q'}, once.")
+    sc = ctx.inputs["scale"]
+    if _matches(ctx, dict(dq=ctx.ref["dq"], dk=ctx.ref["dk"] / sc, dv=ctx.ref["dv"] * sc)):
+        yield Cause("dkdv:scale_swapped", (
+            "the scale is applied to dV instead of dK (the output matches dK / scale and dV · scale): "
+            "dK = scale · dS^T Q, while dV = P^T dO has no scale."))
     return
 
 
