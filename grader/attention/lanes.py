@@ -27,13 +27,16 @@ def _group(lanes: int, offsets) -> np.ndarray:
 
 
 def lane_streamed(s, v, tile: int, lanes: int, key_lane, col_lane, max_offsets, sum_offsets,
-                  visible=None, p_for_acc=None, guard: bool = True, lse_own_l: bool = False):
+                  visible=None, p_for_acc=None, guard: bool = True, lse_own_l: bool = False,
+                  max_rows: int = 1):
     """(o, lse) of a kernel whose lanes share each row: the tile's max reduced over `max_offsets`
     only, l over `sum_offsets` only. Each lane exponentiates its own keys against its own max and
     rescales its own l and its own columns of acc; acc sums the P of every lane (P goes through
     shared memory, or is the mma's operand); lane 0 writes lse. Without `guard` (02, whose rows all
     see keys) a lane that has seen no key exponentiates against m = -inf, and o = acc / l unguarded.
-    With `lse_own_l`, lse takes lane 0's own l, before its butterfly."""
+    With `lse_own_l`, lse takes lane 0's own l, before its butterfly. With `max_rows`, the tile's
+    max also runs over the rows of each group of that many (a shuffle that reaches other rows'
+    lanes: rows past n_q must then be in s, as the kernel's zero-filled rows)."""
     s = np.asarray(s, np.float64)
     if visible is not None:
         s = np.where(visible, s, -np.inf)
@@ -50,6 +53,10 @@ def lane_streamed(s, v, tile: int, lanes: int, key_lane, col_lane, max_offsets, 
             owner = key_lane[start:start + tile]
             own = np.stack([np.where(owner == t, st, -np.inf).max(axis=-1) for t in range(lanes)], -1)
             m_tile = np.stack([own[..., g_max[t]].max(axis=-1) for t in range(lanes)], -1)
+            if max_rows > 1:
+                rows = m_tile.shape[-2]
+                grouped = m_tile.reshape(m_tile.shape[:-2] + (rows // max_rows, max_rows, lanes)).max(axis=-2)
+                m_tile = np.repeat(grouped, max_rows, axis=-2)
             m_new = np.maximum(m, m_tile)
             m_use = np.where(np.isfinite(m_new), m_new, 0.0) if guard else m_new
             alpha = np.exp(m - m_use)
@@ -109,6 +116,21 @@ def reduction_causes(ctx, s, v, visible=None, layout: str = "slices"):
                 f"with key tiles of {tile}: {reach}). A row's keys are spread over those lanes, so "
                 f"the butterfly needs every offset, {_offsets_text(full)}, for the max (before P) "
                 f"and for l (before o = acc / l)."))
+        if layout == "quad":
+            # The max's shuffles at offsets 4 and 8 (not 1 and 2): lane t meets the same column pair
+            # of the 4 rows g & ~3 .. (g & ~3) + 3, never its quad. Padding rows (q = 0) join in.
+            n_q = s.shape[-2]
+            rows = n_q + -n_q % 16
+            s_pad = np.concatenate([s, np.zeros(s.shape[:-2] + (rows - n_q, n_k))], axis=-2)
+            vis_pad = None if visible is None else \
+                (np.arange(n_k)[None, :] <= np.arange(rows)[:, None] + n_k - n_q)
+            o_alt, lse_alt = lane_streamed(s_pad, v, tile, lanes, key_lane, col_lane, (), full, vis_pad, into,
+                                           max_rows=4)
+            if matches(ctx, o=into(o_alt[..., :n_q, :]) if into else o_alt[..., :n_q, :], lse=lse_alt[..., :n_q]):
+                yield Cause("reduce:max_lanes:other_rows", (
+                    f"the tile's row max is shuffled at offsets 4 and 8, which reach the lanes of other "
+                    f"rows, not the quad's (the output matches that, with key tiles of {tile}): the 4 "
+                    "lanes of a row are lanes 4g .. 4g + 3, so the offsets are 1 and 2."))
         for guard in (True, False):
             o_alt, lse_alt = lane_streamed(s, v, tile, lanes, key_lane, col_lane, full, full, visible, into,
                                            guard, lse_own_l=True)
