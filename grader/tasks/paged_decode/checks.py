@@ -143,17 +143,23 @@ def diagnose(ctx):
 
 def _read_at(ctx, pos) -> tuple:
     """(o, lse) of attention over every sequence's first context_lens[b] keys, key j read from the
-    cache's row pos[b, j] (a flat row, page · page_size + slot), or None where a row is outside the
-    cache (the emulator names such a read)."""
+    cache's row pos[b, j] (a flat row, page · page_size + slot; or pos[b, j, c], float4 c of it from
+    its own row), or None where a row is outside the cache (the emulator names such a read)."""
     i = ctx.inputs
     kp, vp, lens = i["k_pages"], i["v_pages"], np.asarray(i["context_lens"])
     num_pages, ps, Hkv, d = kp.shape
     used = np.arange(pos.shape[1])[None, :] < lens[:, None]
-    if ((pos < 0) | (pos >= num_pages * ps))[used].any():
+    if ((pos < 0) | (pos >= num_pages * ps))[used].any() or (pos.ndim == 3 and d % 4):
         return None
     flat = lambda x: np.asarray(x, np.float64).reshape(num_pages * ps, Hkv, d)       # noqa: E731
-    safe = np.where(used, pos, 0)
-    k, v = (flat(x)[safe].transpose(0, 2, 1, 3) for x in (kp, vp))                  # [B, Hkv, L, d]
+    if pos.ndim == 2:
+        safe = np.where(used, pos, 0)
+        k, v = (flat(x)[safe].transpose(0, 2, 1, 3) for x in (kp, vp))              # [B, Hkv, L, d]
+    else:               # pos [B, L, d / 4]: each float4 of a row from its own cache row
+        safe = np.where(used[..., None], pos, 0)
+        cols = np.arange(d).reshape(d // 4, 4)
+        k, v = (np.concatenate([flat(x)[safe[..., c]][..., cols[c]] for c in range(d // 4)], axis=-1)
+                .transpose(0, 2, 1, 3) for x in (kp, vp))
     return R.decode_attention(i["q"], k, v, lens, i["scale"])
 
 
@@ -210,3 +216,22 @@ def position_causes(ctx):
             alt = _read_at(ctx, pos)
             if alt is not None and replays.matches(ctx, *alt):
                 yield Cause(cid, f"{text} (the output matches that, with {replays.split_words(chunk, lens)}).")
+        # Each lane loads its float4 from the position it looked up itself, key j0 + lane % KPS,
+        # for every key u of the step (no __shfl_sync from lane u): every key of a step is one row
+        # stitched from the step's keys.
+        d = i["k_pages"].shape[-1]
+        pos = np.zeros((B, L, d // 4), np.int64)
+        lane_key = np.arange(d // 4) % KPS
+        for b in range(B):
+            for lo, hi in R.split_ranges(int(lens[b]), chunk):
+                for j0 in range(lo, hi, KPS):
+                    src = j0 + lane_key
+                    row = np.where(src < hi, right(b, np.minimum(src, hi - 1)), 0)
+                    pos[b, j0:min(j0 + KPS, hi)] = row[None, :]
+        alt = _read_at(ctx, pos)
+        if alt is not None and replays.matches(ctx, *alt):
+            yield Cause("page_lookup:not_shuffled", (
+                "each lane loads its float4 of every key of a step from the position it looked up "
+                "itself, key j0 + lane % KEYS_PER_STEP, not key j0 + u's, which lane u looked up and "
+                "__shfl_sync hands to every lane (the output matches every key of a step read as one "
+                f"row stitched from the step's keys, with {replays.split_words(chunk, lens)})."))
