@@ -119,7 +119,8 @@ def _rescale_indexed_by_r(alpha, d: int):
 
 def operand_layout_causes(ctx, s, v, visible=None):
     """The second mma's products written to the wrong accumulator tiles, and K's 16×16 blocks read
-    with their row and column block exchanged (ldmatrix of block16(kk, np) for block16(np, kk))."""
+    with their row and column block exchanged (ldmatrix of block16(kk, np) for block16(np, kk)),
+    where those blocks stay in the K tile and the V tile stored after it (BLOCK_N <= d <= 2 BLOCK_N)."""
     d = v.shape[-1]
     if d % 16 == 0:
         # acc[dp] and acc[dp + 1] for acc[2dp] and acc[2dp + 1]: 8-feature tile t sums V's features
@@ -136,16 +137,24 @@ def operand_layout_causes(ctx, s, v, visible=None):
                 "acc[2dp + 1] (the output matches that): each 16-feature block of V fills two 8-feature "
                 "accumulator tiles, so they overlap and the upper half of o stays 0."))
     for bn in tiles(ctx, "BLOCK_N"):
-        if d != bn:
-            continue            # only a square K tile keeps the exchanged blocks inside it
-        k = np.asarray(ctx.inputs["k"], np.float64)
+        if not bn <= d <= 2 * bn or d % 16:
+            continue            # the exchanged blocks stay inside the K tile and the V tile after it
+        k, v_in = (np.asarray(ctx.inputs[x], np.float64) for x in ("k", "v"))
         n_k = k.shape[-2]
-        pad = np.concatenate([k, np.zeros(k.shape[:-2] + (-n_k % bn, d))], axis=-2)
-        t = pad.reshape(pad.shape[:-2] + (-1, bn // 16, 16, d // 16, 16))
-        k_alt = np.swapaxes(t, -4, -2).reshape(pad.shape)[..., :n_k, :]
-        alt = dict(ctx.inputs, k=k_alt)
+        pad = lambda x: np.concatenate([x, np.zeros(x.shape[:-2] + (-n_k % bn, d))], axis=-2)  # noqa: E731
+        kp, vp = pad(k), pad(v_in)
+        tiles_k = kp.reshape(kp.shape[:-2] + (-1, bn, d))
+        # Row 16·kk + r of the K tile's addressing, past its bn rows, is the V tile's row (V follows K).
+        source = np.concatenate([tiles_k, vp.reshape(tiles_k.shape)], axis=-2)          # [..., T, 2bn, d]
+        k_alt = np.zeros_like(tiles_k)
+        for np_ in range(bn // 16):
+            for kk in range(d // 16):
+                k_alt[..., 16 * np_:16 * np_ + 16, 16 * kk:16 * kk + 16] = \
+                    source[..., 16 * kk:16 * kk + 16, 16 * np_:16 * np_ + 16]
+        alt = dict(ctx.inputs, k=k_alt.reshape(kp.shape)[..., :n_k, :])
         if matches(ctx, *attend(*scores(alt), visible)):
             yield Cause("fragment:k:blocks_exchanged", (
                 f"K's 16×16 blocks are read with their indices exchanged, block16(kk, np) for "
-                f"block16(np, kk) (the output matches that, with key tiles of {bn}): key block np "
+                f"block16(np, kk) (the output matches that, with key tiles of {bn}, the blocks past "
+                f"the K tile read from the V tile after it): key block np "
                 "pairs with feature block kk of Q, so it must be rows np, columns kk of the K tile."))
