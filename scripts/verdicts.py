@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+GRADER_FAILED = "the grader failed while explaining"
 sys.path.insert(0, str(ROOT))
 
 from grader import catalogue  # noqa: E402
@@ -41,12 +42,18 @@ def main() -> int:
         items = [(w.exercise, write(w, tmp), w.cause, w.what)
                  for w in all_wrong()]
     counts: dict = collections.defaultdict(collections.Counter)
+    crashed: list[str] = []
     for ex_id, path, expected, bug in items:
         if args.only and not ex_id.startswith(args.only):
             continue
         report = run_check(catalogue.resolve(ex_id), path, "cpu", args.seed)
         verdict = score(report, expected)
         counts[ex_id][verdict] += 1
+        failed = [c["name"] for c in report["cases"] if GRADER_FAILED in c.get("message", "")
+                  or GRADER_FAILED in ((c.get("shrunk") or {}).get("message") or "")]
+        if failed:
+            crashed.append(f"{ex_id[:2]} {path.name}: {failed[0]}")
+            print(f"GRADER FAILED while explaining {ex_id[:2]} {path.name}, case {failed[0]}", flush=True)
         if args.verbose or verdict in ("passed", "wrong"):
             print(f"{verdict:7} {ex_id[:2]} {path.name}: expected {expected}, stated {sorted(stated_causes(report))}"
                   f"  ({bug[:80]})", flush=True)
@@ -61,7 +68,9 @@ def main() -> int:
     if n:
         print(f"rejected {n - total['passed']}/{n}, named right {total['named']}/{n} ({100 * total['named'] / n:.0f}%), "
               f"named wrong {total['wrong']}")
-    return 1 if total["passed"] or total["wrong"] else 0
+    if crashed:
+        print(f"the grader failed while explaining {len(crashed)} kernel(s): {'; '.join(crashed[:5])}")
+    return 1 if total["passed"] or total["wrong"] or crashed else 0
 
 
 if __name__ == "__main__":

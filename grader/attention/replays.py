@@ -477,7 +477,7 @@ def restrided(x, row_stride: int, slab_rows: int | None = None) -> np.ndarray:
     slab = (N if slab_rows is None else slab_rows) * d
     idx = (np.arange(B * H).reshape(B, H)[..., None, None] * slab
            + np.arange(N)[:, None] * row_stride + np.arange(d)[None, :])
-    flat = np.concatenate([x.reshape(-1), np.zeros(max(int(idx.max()) + 1 - x.size, 0))])
+    flat = np.concatenate([x.reshape(-1), np.zeros(max(int(idx.max(initial=-1)) + 1 - x.size, 0))])
     return flat[idx]
 
 

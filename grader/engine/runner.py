@@ -318,7 +318,9 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
                                 dg.observations(ctx))
         causes, seen, res.searched = verdict.search(found, ctx=ctx)
     except Exception as e:        # the verdict above stands; the explanation failed, loudly
-        causes, seen, at = [], [], traceback.extract_tb(e.__traceback__)[-1]
+        frames = traceback.extract_tb(e.__traceback__)
+        ours = [f for f in frames if Path(f.filename).resolve().is_relative_to(Path(__file__).resolve().parents[1])]
+        causes, seen, at = [], [], (ours or frames)[-1]      # the grader's own line, not numpy's
         lines.append(f"(the grader failed while explaining this error — a bug in the grader, please report "
                      f"it: {type(e).__name__}: {e} at {at.filename}:{at.lineno})")
     res.candidates = [[k.id, k.text] for k in causes if not k.plain]
