@@ -336,9 +336,10 @@ def accumulation_causes(ctx):
     for bm in tiles(ctx, "BLOCK_M"):
         first_half = (np.arange(dq.shape[2]) % bm) < bm // 2
         alt = dict(dq=dq * np.where(first_half, 2.0, 0.0)[:, None], dk=ctx.ref["dk"], dv=ctx.ref["dv"])
-        # Only a case with rows in a second half shows them empty: dQ doubled alone is another bug.
-        if dq.shape[2] > bm // 2 and _matches(ctx, alt):
-            yield Cause("dq:rows_first_half_twice", (
+        # Only a case with rows in a second half shows them empty: dQ doubled alone fits other
+        # bugs too, so there the match is plain (it confirms a cause, never proposes one).
+        if _matches(ctx, alt):
+            yield Cause("dq:rows_first_half_twice", plain=dq.shape[2] <= bm // 2, text=(
                 f"in each query tile of {bm} rows, the first {bm // 2} rows hold twice their dQ and the other "
                 f"{bm - bm // 2} none (the output matches that): the dQ store adds the second half's rows at "
                 "the first half's. Thread (qi, half) owns rows qi + (2 · r + half) · ROW_GROUPS: use the "
