@@ -40,13 +40,15 @@ def visible_of(inputs) -> np.ndarray | None:
     return R.causal_mask(n_q, n_k) if inputs["causal"] else None
 
 
-def gradients(inputs, *, probs=None, delta=None, heads=None, dq_scale=1.0, dk_scale=1.0, visible="auto"):
+def gradients(inputs, *, probs=None, delta=None, heads=None, dq_scale=1.0, dk_scale=1.0, visible="auto",
+              ds_of=None):
     """(dq, dk, dv) in float64. The keyword arguments replay bugs:
     probs(s, lse, visible) -> P    how P is recomputed (default: the true softmax)
     delta(p, dp, do, o, b, h) -> D the row term of dS (default: rowsum(dO ∘ O) with the given O, as a
                                    kernel computes it, independent of the P it recomputes)
     heads(h_kv, group) -> list     the query heads summed into dK and dV of kv head h_kv (default: all)
     dq_scale, dk_scale             factors on dQ and dK (a scale dropped or applied twice)
+    ds_of(p, dp, D) -> dS          how dS is formed (default: P ∘ (dP - D))
     visible                        the mask (default: the case's)."""
     q, k, v, do, o = (np.asarray(inputs[x], np.float64) for x in ("q", "k", "v", "do", "o"))
     lse = np.asarray(inputs["lse"], np.float64)
@@ -64,7 +66,7 @@ def gradients(inputs, *, probs=None, delta=None, heads=None, dq_scale=1.0, dk_sc
                 p = R.masked_softmax(s, vis)[0] if probs is None else probs(s, lse[b, h], vis)
                 dp = do[b, h] @ v[b, g].T
                 D = (do[b, h] * o[b, h]).sum(axis=-1) if delta is None else delta(p, dp, do[b, h], o[b, h], b, h)
-                ds = p * (dp - D[:, None])
+                ds = p * (dp - D[:, None]) if ds_of is None else ds_of(p, dp, D[:, None])
                 dq[b, h] = dq_scale * scale * ds @ k[b, g]
                 if h in summed:
                     dk[b, g] += dk_scale * scale * ds.T @ q[b, h]
@@ -177,7 +179,11 @@ def recompute_causes(ctx):
          "Use one base for both: P = exp2(s · scale · log2 e - lse · log2 e), or expf(s · scale - lse).",
          _exp_with(lambda s, lse: lse_col(lse) / math.log(2.0))),
     ]
-    for cid, (text, probs) in zip(("P:no_scale", "P:scale_twice", "P:no_lse", "P:lse_units", "P:lse_units"), cands):
+    cands.append(("P is recomputed with lse scaled too: exp2((s - lse) · scale · log2 e), the scale applied to the "
+                  "difference. Only the scores take the scale: P = exp2(s · scale · log2 e - lse · log2 e).",
+                  _exp_with(lambda s, lse: lse_col(lse) * scale / math.log(2.0))))
+    for cid, (text, probs) in zip(("P:no_scale", "P:scale_twice", "P:no_lse", "P:lse_units", "P:lse_units",
+                                   "P:lse_scaled"), cands):
         if _replay(ctx, probs=probs):
             yield Cause(cid, text)
     vis = visible_of(ctx.inputs)
@@ -349,6 +355,19 @@ def accumulation_causes(ctx):
             if _replay(ctx, **{kw: factor}):
                 yield Cause(f"{name.lower()}:scale_{'missing' if factor != ctx.inputs['scale'] else 'twice'}", f"{name} is computed {what}: S = scale · Q K^T, so {name} = scale · "
                         f"{'dS K' if name == 'dQ' else 'dS^T Q'}, once.")
+    # dS = P · dP - D: the -D reaches every pair the kernel visits (under causal, the tiles from
+    # each key block's first row on), also those with P = 0.
+    n_q, n_k = np.asarray(ctx.inputs["q"]).shape[2], np.asarray(ctx.inputs["k"]).shape[2]
+    shapes = [(bm, bn) for bm in tiles(ctx, "BLOCK_M") for bn in tiles(ctx, "BLOCK_N")] \
+        if ctx.inputs["causal"] else [(None, None)]
+    for bm, bn in shapes:
+        seen = visited(n_q, n_k, bm, bn, lambda k0, off: k0 - off) if bm else np.ones((n_q, n_k), bool)
+        if _replay(ctx, ds_of=lambda p, dp, D, seen=seen: p * dp - D * seen):
+            yield Cause("dS:precedence", (
+                "dS is P · dP - D, without the parentheses (the output matches it): D multiplies P too, "
+                "dS = P ∘ (dP - D). The dropped D · (1 - P) reaches every pair the kernel visits, also "
+                "those with P = 0."))
+            break
     sc = ctx.inputs["scale"]
     if _matches(ctx, dict(dq=ctx.ref["dq"], dk=ctx.ref["dk"] / sc, dv=ctx.ref["dv"] * sc)):
         yield Cause("dkdv:scale_swapped", (

@@ -660,6 +660,15 @@ def mask_causes(ctx, s, v):
                     f"the loop over key tiles stops too early (the output matches a loop bounded by the "
                     f"first row of each query tile{f' of {bm}' if bm < n_q else ''}). The last row of "
                     "the query tile sees the most keys: kv_end = min(Nk, last_row + (Nk - Nq) + 1)."))
+            # kv_end with the offset's sign flipped, q_last - offset + 1 (the per-element test right).
+            if offset:
+                lim = np.minimum(i + offset + 1, tile_limits(n_q, n_k, bm, bn, lambda first, last: last - 2 * offset))
+                if matches(ctx, *attend(s, v, visible_where(n_q, n_k, np.maximum(lim, 0)))):
+                    yield Cause("key_tiles_end:offset_sign", (
+                        f"the loop over key tiles ends at kv_end = min(Nk, q_last - offset + 1), the offset's "
+                        f"sign flipped (the output matches it, with tiles of {bm} queries × {bn} keys): the "
+                        "last row of the tile sees keys up to q_last + offset, offset = Nk - Nq, so "
+                        "kv_end = min(Nk, q_last + offset + 1)."))
             # kv_end from the last row of the query tile at the other end of the grid: q_last
             # counted forward from blockIdx.x while q_start counts the tiles backwards.
             n_tiles = -(-n_q // bm)

@@ -61,7 +61,14 @@ def output_grid_cause(ctx):
     cover the features below 16 · cdiv(n_q, 16) of the rows below 16 · cdiv(d, 16) only."""
     B, H, n_q, d = np.shape(ctx.ref["o"])
     tile = 16
+    n_k = np.shape(ctx.inputs["k"])[2]
     i, c = np.arange(n_q)[:, None], np.arange(d)[None, :]
+    rows_by_keys = np.broadcast_to(i >= tile * -(-n_k // tile), (n_q, d))
+    if replays.unwritten_as(ctx, {"o": np.broadcast_to(rows_by_keys, (B, H, n_q, d))}):
+        yield Cause("grid:output_rows_n_k", (
+            f"o's rows from {tile * -(-n_k // tile)} on were never written, exactly as an output grid of "
+            "cdiv(n_k, 16) row blocks leaves them: o has n_q rows, so the grid is (cdiv(d, 16), "
+            "cdiv(n_q, 16), B · H)."))
     missed = (i >= tile * -(-d // tile)) | (c >= tile * -(-n_q // tile))
     if replays.unwritten_as(ctx, {"o": np.broadcast_to(missed, (B, H, n_q, d))}):
         yield Cause("grid:output_xy_swapped", (

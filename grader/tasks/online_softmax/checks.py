@@ -184,6 +184,20 @@ def diagnose(ctx):
             "the butterfly hands each lane its partner's m where the partner's l is due (the output "
             "matches l_other = __shfl_xor_sync(..., m, offset)): shuffle l for l, m for m."))
     yield from unwritten_causes(ctx, x)
+    # The streaming loop stepping by 1 from its lane: element j is merged by lanes 0 .. min(j, 31),
+    # so it weighs min(j, 31) + 1 times in l.
+    count = np.minimum(np.arange(x.shape[-1]), 31) + 1.0
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        m_row = np.max(x, axis=-1, initial=-np.inf)
+        m_safe = np.where(np.isfinite(m_row), m_row, 0.0)[:, None]
+        l_c = (count * np.exp(x - m_safe)).sum(axis=-1)
+        y_alt = np.where(l_c[:, None] > 0, np.exp(x - m_safe) / np.where(l_c > 0, l_c, 1.0)[:, None], 0.0)
+        lse_alt = np.where(l_c > 0, m_safe[:, 0] + np.log(np.where(l_c > 0, l_c, 1.0)), -np.inf)
+    if matches(ctx, y=y_alt, lse=lse_alt):
+        yield Cause("loop_step:stream_1", (
+            "the streaming loop steps by 1, not 32 (the output matches element j counted by the "
+            "min(j, 31) + 1 lanes that reach it): lane t takes elements t, t + 32, t + 64, ..., so each "
+            "element is merged once."))
     y_alt, lse_alt = _replayed(x, 16, "xor", "xor", guard=False)
     if matches(ctx, y=y_alt, lse=lse_alt):
         yield Cause("merge:no_guard", (
