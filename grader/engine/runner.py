@@ -327,7 +327,7 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     res.plain = [[k.id, k.text] for k in causes if k.plain]
     res.observations = list(seen)
     lines += [f"observed: {text}" for text in seen]
-    if not causes and getattr(rt, "name", "") == "gpu":
+    if not res.candidates and getattr(rt, "name", "") == "gpu":
         # A GPU runs an out-of-bounds read or a race without complaint; the emulator and
         # compute-sanitizer name them with their line.
         lines.append("no replayed bug reproduces this error. On a GPU an out-of-bounds access or a missing "
