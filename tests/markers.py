@@ -14,8 +14,9 @@ def at(test_file: str, marker: str) -> str:
 
 
 def verdict(items):
-    """A diagnosis generator run to its end: (the reproduced causes' ids, all its text in one string)."""
+    """A diagnosis generator run to its end: (the ids of the causes it reproduced tellingly, the ones a
+    case can propose (a plain match only confirms), all its text in one string)."""
     from grader.engine.verdict import search
     causes, seen, complete = search(items, budget_s=float("inf"))
     assert complete
-    return [c.id for c in causes], "\n".join([c.text for c in causes] + seen)
+    return [c.id for c in causes if not c.plain], "\n".join([c.text for c in causes if not c.plain] + seen)
