@@ -67,6 +67,16 @@ def operand_causes(ctx, visible=None):
                     f"handed to mma_16816 against the fragment layout in the lesson."))
 
 
+def rows_padded_to_16(s, visible=None):
+    """S with its rows past n_q up to a multiple of 16 (an m-tile's), as the kernel holds them: their
+    q is 0, so their scores are 0; and the causal mask over those rows (None: no mask)."""
+    n_q, n_k = s.shape[-2:]
+    rows = n_q + -n_q % 16
+    s_pad = np.concatenate([s, np.zeros(s.shape[:-2] + (rows - n_q, n_k))], axis=-2)
+    vis_pad = None if visible is None else (np.arange(n_k)[None, :] <= np.arange(rows)[:, None] + n_k - n_q)
+    return s_pad, vis_pad
+
+
 def streaming_causes(ctx, s, v, visible=None):
     """P's 8×8 pieces misplaced on their way into the second mma (l sums the right P), and the
     rescale of acc by alpha reaching only its even or its odd columns."""
@@ -75,9 +85,7 @@ def streaming_causes(ctx, s, v, visible=None):
     d = v.shape[-1]
     # P's pieces mix rows, the padding rows past n_q too: their q is 0, so their scores are 0.
     n_q, n_k = s.shape[-2:]
-    rows = n_q + -n_q % 16
-    s_pad = np.concatenate([s, np.zeros(s.shape[:-2] + (rows - n_q, n_k))], axis=-2)
-    vis_pad = None if visible is None else (np.arange(n_k)[None, :] <= np.arange(rows)[:, None] + n_k - n_q)
+    s_pad, vis_pad = rows_padded_to_16(s, visible)
     for tile in tiles(ctx, "BLOCK_N"):
         for bug, rearrange, what in OPERAND_BUGS:
             o_alt, lse_alt = streamed(s_pad, v, tile, visible=vis_pad, p_for_acc=lambda p: rearrange(into_mma(p)))

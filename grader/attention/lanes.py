@@ -15,6 +15,7 @@ import numpy as np
 
 from ..spec import Cause
 from . import lowp
+from .fragments import rows_padded_to_16
 from .replays import matches, tiles
 
 
@@ -120,10 +121,7 @@ def reduction_causes(ctx, s, v, visible=None, layout: str = "slices"):
             # The max's shuffles at offsets 4 and 8 (not 1 and 2): lane t meets the same column pair
             # of the 4 rows g & ~3 .. (g & ~3) + 3, never its quad. Padding rows (q = 0) join in.
             n_q = s.shape[-2]
-            rows = n_q + -n_q % 16
-            s_pad = np.concatenate([s, np.zeros(s.shape[:-2] + (rows - n_q, n_k))], axis=-2)
-            vis_pad = None if visible is None else \
-                (np.arange(n_k)[None, :] <= np.arange(rows)[:, None] + n_k - n_q)
+            s_pad, vis_pad = rows_padded_to_16(s, visible)
             o_alt, lse_alt = lane_streamed(s_pad, v, tile, lanes, key_lane, col_lane, (), full, vis_pad, into,
                                            max_rows=4)
             if matches(ctx, o=into(o_alt[..., :n_q, :]) if into else o_alt[..., :n_q, :], lse=lse_alt[..., :n_q]):
