@@ -41,7 +41,7 @@ def visible_of(inputs) -> np.ndarray | None:
 
 
 def gradients(inputs, *, probs=None, delta=None, heads=None, dq_scale=1.0, dk_scale=1.0, visible="auto",
-              ds_of=None):
+              ds_of=None, dkdv_x=("do", "q")):
     """(dq, dk, dv) in float64. The keyword arguments replay bugs:
     probs(s, lse, visible) -> P    how P is recomputed (default: the true softmax)
     delta(p, dp, do, o, b, h) -> D the row term of dS (default: rowsum(dO ∘ O) with the given O, as a
@@ -49,6 +49,8 @@ def gradients(inputs, *, probs=None, delta=None, heads=None, dq_scale=1.0, dk_sc
     heads(h_kv, group) -> list     the query heads summed into dK and dV of kv head h_kv (default: all)
     dq_scale, dk_scale             factors on dQ and dK (a scale dropped or applied twice)
     ds_of(p, dp, D) -> dS          how dS is formed (default: P ∘ (dP - D))
+    dkdv_x                         the right-hand operands of dV = P^T x and dK = scale · dS^T x
+                                   (default: dO and Q)
     visible                        the mask (default: the case's)."""
     q, k, v, do, o = (np.asarray(inputs[x], np.float64) for x in ("q", "k", "v", "do", "o"))
     lse = np.asarray(inputs["lse"], np.float64)
@@ -69,8 +71,9 @@ def gradients(inputs, *, probs=None, delta=None, heads=None, dq_scale=1.0, dk_sc
                 ds = p * (dp - D[:, None]) if ds_of is None else ds_of(p, dp, D[:, None])
                 dq[b, h] = dq_scale * scale * ds @ k[b, g]
                 if h in summed:
-                    dk[b, g] += dk_scale * scale * ds.T @ q[b, h]
-                    dv[b, g] += p.T @ do[b, h]
+                    x = {"do": do[b, h], "q": q[b, h]}
+                    dk[b, g] += dk_scale * scale * ds.T @ x[dkdv_x[1]]
+                    dv[b, g] += p.T @ x[dkdv_x[0]]
     return dq, dk, dv
 
 
@@ -368,6 +371,36 @@ def accumulation_causes(ctx):
                 "dS = P ∘ (dP - D). The dropped D · (1 - P) reaches every pair the kernel visits, also "
                 "those with P = 0."))
             break
+    if _replay(ctx, dkdv_x=("q", "do")):
+        yield Cause("dkdv:operands_swapped", (
+            "dV and dK take each other's right-hand operand (the output matches dV = P^T Q and dK = "
+            "scale · dS^T dO): dV = P^T dO and dK = scale · dS^T Q."))
+    # Each query tile's dQ added at tile 0's rows: rows r < BLOCK_M hold the sum over the tiles of
+    # their row r, the rest keep the zeros dQ started with.
+    for bm in tiles(ctx, "BLOCK_M"):
+        if dq.shape[2] > bm:
+            rows = np.arange(dq.shape[2])
+            alt_dq = np.zeros_like(dq)
+            np.add.at(alt_dq, (slice(None), slice(None), rows % bm), dq[:, :, rows])
+            if _matches(ctx, dict(dq=alt_dq, dk=ctx.ref["dk"], dv=ctx.ref["dv"])):
+                yield Cause("index_drop:tile_start:dq", (
+                    f"every query tile adds its dQ rows at tile 0's rows (the output matches rows 0 .. "
+                    f"{bm - 1} holding the sum over the tiles and the other rows 0, tiles of {bm}): the dQ "
+                    "row is m_start + the row within the tile."))
+    # D of the wrong row: a thread's rows qi, qi + ROW_GROUPS, ... all subtract its first row's D.
+    for bm in tiles(ctx, "BLOCK_M"):
+        for groups in sorted({n // 16 for n in tiles(ctx, "NTHREADS") if n % 16 == 0} or {16}):
+            if groups >= bm:
+                continue
+            def first_row_d(p, dp, do, o, b, h, bm=bm, groups=groups):
+                D = (do * o).sum(axis=-1)
+                i = np.arange(D.shape[0])
+                return D[np.minimum((i // bm) * bm + (i % bm) % groups, D.shape[0] - 1)]
+            if _replay(ctx, delta=first_row_d):
+                yield Cause("D:row", (
+                    f"each thread subtracts its first row's D from all its rows (the output matches D of "
+                    f"row qi for rows qi + {groups} · r, tiles of {bm}): dS = P ∘ (dP - D) takes the D of "
+                    "the row it is on."))
     sc = ctx.inputs["scale"]
     if _matches(ctx, dict(dq=ctx.ref["dq"], dk=ctx.ref["dk"] / sc, dv=ctx.ref["dv"] * sc)):
         yield Cause("dkdv:scale_swapped", (

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..spec import Cause
-from . import lowp
+from . import lowp, replays
 from .replays import FLOAT32_EXP_FLOOR, attend, matches, scores, streamed, tiles
 
 
@@ -144,6 +144,32 @@ def operand_layout_causes(ctx, s, v, visible=None):
                 "the second mma writes feature block dp to acc[dp] and acc[dp + 1], not acc[2dp] and "
                 "acc[2dp + 1] (the output matches that): each 16-feature block of V fills two 8-feature "
                 "accumulator tiles, so they overlap and the upper half of o stays 0."))
+    # Q's A fragments of MMA row tile 0 used for every row tile of the warp: rows warp_row + 16 mt + r
+    # score with query warp_row + r (the mask still on the true row).
+    q = np.asarray(ctx.inputs["q"], np.float64)
+    n_q = q.shape[-2]
+    for bm in tiles(ctx, "BLOCK_M"):
+        for warps in tiles(ctx, "WARPS"):
+            warp_m = bm // warps
+            if warp_m <= 16 or warp_m % 16 or n_q <= 16:
+                continue
+            i = np.arange(n_q)
+            src = (i // warp_m) * warp_m + i % 16
+            q_pad = np.concatenate([q, np.zeros(q.shape[:-2] + (bm, q.shape[-1]))], axis=-2)
+            alt = dict(ctx.inputs, q=q_pad[..., src, :])
+            if matches(ctx, *attend(*scores(alt), visible)):
+                yield Cause("fragment:q:row_tile_0", (
+                    f"every MMA row tile of a warp scores with the queries of its first one (the output "
+                    f"matches rows warp_row + 16 mt + r taking query warp_row + r, warps of {warp_m} rows): "
+                    "q_fragment(a[mt], mt, kk) takes row tile mt."))
+    # lse stored from the wrong lane: guarded by g == 0 (the quad's row), not t == 0 (one lane of
+    # each quad), only rows 16k and 16k + 8 are written.
+    lse_rows = (np.arange(n_q) % 8) == 0
+    if n_q > 1 and replays.unwritten_as(ctx, {"lse": np.broadcast_to(~lse_rows, np.shape(ctx.out["lse"]))}):
+        yield Cause("store:lse_guard", (
+            "lse was written only at rows 16k and 16k + 8, exactly as a store guarded by g == 0 leaves it: "
+            "lane l holds rows g = l / 4 and g + 8 of each MMA tile, and the 4 lanes of a quad share them, "
+            "so one lane of every quad writes: t == 0 (t = l % 4)."))
     for bn in tiles(ctx, "BLOCK_N"):
         if not bn <= d <= 2 * bn or d % 16:
             continue            # the exchanged blocks stay inside the K tile and the V tile after it

@@ -144,8 +144,7 @@ def matches(ctx, o=None, lse=None, **others) -> bool:
         off = any(rel(ctx.out[name], alt) > max(1e-4, 10 * ctx.noise) for name, alt in checks)
         return off if probe == "wrong" else not off
     for name, _ in checks:
-        unwritten = getattr(ctx.cmp.get(name), "unwritten", None)
-        if unwritten is not None and np.any(unwritten):
+        if np.any(unwritten_mask(ctx, name)):
             return False
     def constant(alt) -> float | None:
         """0 or 1 where every finite value is that constant (o = 0, log l = 0 of one-key rows, a
@@ -191,15 +190,19 @@ def prefill_causes(ctx, s, v, visible=None):
     yield from key_range_causes(ctx, s, v, visible)
     yield from setup_causes(ctx, visible)
     yield from tile_start_causes(ctx, visible)
+    yield from operand_causes(ctx, visible)
+    yield from feature_causes(ctx, visible)
     yield from reduction_causes(ctx, s, v, visible)
 
 
 def tile_start_causes(ctx, visible=None):
     """A tile's load without the tile's start: every query tile reads the rows of query tile 0, or
-    every key tile the keys (and values) of key tile 0."""
+    every key tile the keys, the values, or both, of key tile 0."""
     n_q, n_k = np.shape(ctx.inputs["q"])[-2], np.shape(ctx.inputs["k"])[-2]
     for names, n, key, what in ((("q",), n_q, "BLOCK_M", "query tile 0's rows: q_start"),
-                                (("k", "v"), n_k, "BLOCK_N", "key tile 0's keys and values: kv_start")):
+                                (("k", "v"), n_k, "BLOCK_N", "key tile 0's keys and values: kv_start"),
+                                (("k",), n_k, "BLOCK_N", "key tile 0's keys: kv_start"),
+                                (("v",), n_k, "BLOCK_N", "key tile 0's values: kv_start")):
         for tile in tiles(ctx, key):
             if n <= tile:
                 continue
@@ -215,9 +218,10 @@ def tile_start_causes(ctx, visible=None):
 
 
 def unwritten_mask(ctx, name) -> np.ndarray:
-    c = ctx.cmp.get(name)
-    mask = getattr(c, "unwritten", None)
-    return np.asarray(mask) if mask is not None else is_poison(ctx.out[name])
+    """Where the output holds one of the grader's NaNs: its own (never written) or another array's
+    (copied or computed from memory nothing wrote, such as a workspace row). No arithmetic makes it,
+    so no replay predicts it; the replays of unwritten elements look for it."""
+    return is_poison(ctx.out[name])
 
 
 def unwritten_as(ctx, predicted: dict) -> bool:
@@ -233,7 +237,8 @@ def unwritten_as(ctx, predicted: dict) -> bool:
         if not np.array_equal(np.asarray(unwritten_mask(ctx, name), bool), want):
             return False
         written = ~want
-        if written.any() and rel(np.asarray(got, np.float64)[written], ctx.ref[name][written]) >= MATCH:
+        if written.any() and rel(np.asarray(got, np.float64)[written], ctx.ref[name][written]) >= \
+                max(MATCH, 3 * getattr(ctx, "noise", 0.0)):       # a low-precision kernel's rounding
             return False
     return any(np.any(m) for m in predicted.values())
 
@@ -364,18 +369,29 @@ def key_range_causes(ctx, s, v, visible=None):
                  "the first key, j = 0, is never visited (the output matches a loop that starts at 1): "
                  "start the loop over keys at 0.")]
     for tile in tiles(ctx, "BLOCK_N"):
-        if n_k > tile:
+        if n_k > 0:     # with n_k <= tile, one tile short is no tile at all
             last = (n_k - 1) // tile * tile
             families.append(("key_tiles_end:-1", j < last,
                              f"the last key tile (keys {last} to {n_k - 1}, with tiles of {tile}) is never "
                              "visited (the output matches a loop over key tiles one tile short): the number "
                              "of key tiles is ceil(n_k / BLOCK_N) = (n_k + BLOCK_N - 1) / BLOCK_N."))
+        if n_k % tile:
+            whole = n_k // tile * tile
+            families.append(("key_tiles_end:floor", j < whole,
+                             f"the last, partial key tile (keys {whole} to {n_k - 1}, with tiles of {tile}) is "
+                             "never visited (the output matches a loop over whole tiles only, such as "
+                             "kv_start + BLOCK_N <= n_k): loop while kv_start < n_k, and mask the keys "
+                             "past n_k inside the last tile."))
     for cid, keep, text in families:
         vis = base & keep[None, :]
         if vis.all():
             continue
         o_alt, lse_alt = attend(s, v, vis)
-        if matches(ctx, o=o_alt, lse=lse_alt) or matches(ctx, o=o_alt):
+        # A row the loop leaves with no key at all: o = 0 with a guarded 1/l, 0/0 = NaN without one.
+        empty = ~vis.any(axis=-1)
+        o_nan = np.where(empty[..., None], np.nan, o_alt) if empty.any() else None
+        if matches(ctx, o=o_alt, lse=lse_alt) or matches(ctx, o=o_alt) or \
+                (o_nan is not None and matches(ctx, o=o_nan, lse=lse_alt)):
             yield Cause(cid, text)
 
 
@@ -387,6 +403,34 @@ def exponent_causes(ctx, s, v, visible=None):
         yield Cause("exp:sign", (
             "the exponent's sign is flipped: the output matches weights exp(m - s) (the smallest score "
             "weighs most). The softmax weight is exp(s - m) <= 1, with m the row's max."))
+
+
+def feature_causes(ctx, visible=None):
+    """The loop over features of q · k one short at either end: the last or the first feature left
+    out of every score."""
+    d = np.shape(ctx.inputs["q"])[-1]
+    if d < 2:
+        return
+    for cid, keep, text in (("features_end:-1", slice(0, d - 1), f"the last feature, c = d - 1 = {d - 1}"),
+                            ("features_start:+1", slice(1, d), "the first feature, c = 0")):
+        alt = dict(ctx.inputs, q=np.asarray(ctx.inputs["q"])[..., keep], k=np.asarray(ctx.inputs["k"])[..., keep])
+        s_alt, _ = scores(alt, scale=ctx.inputs.get("scale"))
+        if matches(ctx, *attend(s_alt, scores(ctx.inputs)[1], visible)):
+            yield Cause(cid, (
+                f"every score leaves out {text} (the output matches q · k summed over the other "
+                f"features): the dot product runs over c = 0 .. d - 1, c < d."))
+
+
+def operand_causes(ctx, visible=None):
+    """One input read in another's place: the values read from k, or the keys from v."""
+    for cid, alt, text in (
+            ("operand:v_is_k", dict(ctx.inputs, v=ctx.inputs["k"]),
+             "the values are read from k (the output matches o = softmax(S) · K): the V loads read "
+             "v, with the same index as K's."),
+            ("operand:k_is_v", dict(ctx.inputs, k=ctx.inputs["v"]),
+             "the keys are read from v (the output matches scores q · v): the K loads read k.")):
+        if matches(ctx, *attend(*scores(alt), visible)):
+            yield Cause(cid, text)
 
 
 def output_causes(ctx, s, v, visible=None):
@@ -413,6 +457,13 @@ def output_causes(ctx, s, v, visible=None):
                     "the running max starts at 0 instead of -INFINITY (the output matches that in float32): "
                     "a row whose scores all lie below about -103 then has exp(s - 0) = 0 for every key, "
                     "l = 0 and o = 0/0. Seed m = -INFINITY, so the first score becomes the max."))
+        # The sum seeded at 1 instead of 0 (where no rescale wipes it: a softmax over whole rows).
+        l_one = l_row + 1.0
+        if matches(ctx, o=np.where(np.isfinite(lse_ref)[..., None], o_ref * (l_row / l_one)[..., None], 0.0),
+                   lse=np.where(np.isfinite(lse_ref), row_max + np.log(l_one), lse_ref)):
+            yield Cause("init:l_one", (
+                "the softmax's sum l starts at 1 instead of 0 (the output matches o = P V / (1 + l) and "
+                "lse = m + log(1 + l)): every row weighs one phantom key. Seed l = 0."))
         if matches(ctx, lse=lse_ref / math.log(2.0)):
             yield Cause("lse:log2", (
                 "lse is in log2 units (the output matches lse / ln 2: m + log2(l) with m from exp2 "
@@ -429,6 +480,14 @@ def output_causes(ctx, s, v, visible=None):
                 yield Cause("lse:l_units", (
                     f"lse takes log(l) in other units than m (the output matches {what}): with exp2 "
                     "scores lse = (m + log2(l)) · ln 2, with expf lse = m + log(l)."))
+        # The max left in log2 units while log(l) is natural: (m + log2 l) · ln 2 without its
+        # parentheses, m + log2(l) · ln 2.
+        for alt, what in ((row_max / math.log(2.0) + np.log(l_row), "m + log2(l) · ln 2, m in log2 units"),):
+            if matches(ctx, lse=alt):
+                yield Cause("lse:max_units", (
+                    f"lse adds the max in log2 units to log(l) in natural-log units (the output matches "
+                    f"{what}, as (m + log2(l)) · ln 2 without its parentheses would give): convert the "
+                    "whole sum, lse = (m + log2(l)) · ln 2."))
 
 
 BATCH_READS = (("q",), ("k",), ("v",), ("k", "v"), ("q", "k", "v"))
@@ -572,22 +631,24 @@ def visible_where(n_q, n_k, limit):
     return np.arange(n_k)[None, :] < np.asarray(limit)[:, None]
 
 
-def tile_limits(n_q, n_k, block_m, block_n, row_of_tile):
+def tile_limits(n_q, n_k, block_m, block_n, row_of_tile, cap=None):
     """One past the last key the loop over key tiles reaches, per query row, when a query tile's
-    loop ends at the tile holding key `row_of_tile(first, last) + offset`."""
+    loop ends at the tile holding key `row_of_tile(first, last) + offset` (clamped to `cap`, n_k
+    unless a bug clamps it to something else)."""
     offset = n_k - n_q
     i = np.arange(n_q)
     first = (i // block_m) * block_m
     last = np.minimum(first + block_m, n_q) - 1
-    kv_end = np.clip(row_of_tile(first, last) + offset + 1, 0, n_k)
+    kv_end = np.clip(row_of_tile(first, last) + offset + 1, 0, min(n_k, n_k if cap is None else cap))
     return np.minimum(-(-kv_end // block_n) * block_n, n_k)     # whole key tiles
 
-def diagonal_tiles_masked(n_q, n_k, block_m, block_n, limit, straddle_row="first"):
+def diagonal_tiles_masked(n_q, n_k, block_m, block_n, limit, straddle_row="first", straddle_offset=True):
     """[n_q, n_k] visibility of a kernel that loops over the key tiles up to its query tile's
     kv_end = min(n_k, last + offset + 1) and applies its per-element test, j < limit(i), only in the
     tiles that straddle the diagonal or hold the last, partial key tile: the tiles below the
     diagonal are taken whole. A tile straddles the diagonal when its last key lies past what the
-    query tile's first row sees (straddle_row="last": what its last row sees, a bug)."""
+    query tile's first row sees (straddle_row="last": what its last row sees, a bug;
+    straddle_offset=False: the test leaves out the offset Nk - Nq, another)."""
     offset = n_k - n_q
     i, j = np.arange(n_q)[:, None], np.arange(n_k)[None, :]
     first = (i // block_m) * block_m
@@ -596,7 +657,7 @@ def diagonal_tiles_masked(n_q, n_k, block_m, block_n, limit, straddle_row="first
     tile = (j // block_n) * block_n
     visited = tile < kv_end
     row = first if straddle_row == "first" else last
-    tested = (tile + block_n - 1 > row + offset) | (tile + block_n > n_k)
+    tested = (tile + block_n - 1 > row + (offset if straddle_offset else 0)) | (tile + block_n > n_k)
     return visited & np.where(tested, j < np.asarray(limit(np.arange(n_q)))[:, None], True)
 
 
@@ -653,6 +714,17 @@ def mask_causes(ctx, s, v):
                     "full query tile of square tiles that is the same as kv_start > q_start + offset). A "
                     "tile needs the test when its LAST key lies past what its FIRST row sees: "
                     "kv_start + BLOCK_N - 1 > q_start + offset."))
+            # The same test without the offset: with Nq > Nk, tiles the shifted diagonal crosses are
+            # taken whole.
+            vis = diagonal_tiles_masked(n_q, n_k, bm, bn, lambda r: r + offset + 1, straddle_offset=False)
+            if offset and (getattr(ctx, "probe", None) or not np.array_equal(vis, R.causal_mask(n_q, n_k))) and \
+                    matches(ctx, *attend(s, v, vis)):
+                yield Cause("mask:diagonal_test_no_offset", (
+                    f"some key tiles that straddle the diagonal run without the per-element test (the "
+                    f"output matches tiles of {bm} queries × {bn} keys tested only when kv_start + "
+                    f"BLOCK_N - 1 > q_start, the offset left out). The diagonal is shifted by offset = "
+                    f"Nk - Nq, here {offset}: a tile needs the test when kv_start + BLOCK_N - 1 > "
+                    "q_start + offset."))
             # The loop over key tiles bounded by the first row of the query tile instead of the last.
             lim = np.minimum(i + offset + 1, tile_limits(n_q, n_k, bm, bn, lambda first, last: first))
             if matches(ctx, *attend(s, v, visible_where(n_q, n_k, np.maximum(lim, 0)))):
@@ -681,6 +753,14 @@ def mask_causes(ctx, s, v):
                     f"gridDim.x - 1 - t, tiles of {bm} queries): q_last must come from this tile's own "
                     "q_start, q_last = min(q_start + BLOCK_M, n_q) - 1, whatever order the tiles are "
                     "numbered in."))
+            # kv_end clamped to n_q instead of n_k: with Nq < Nk the tiles past Nq never run.
+            if n_q < n_k:
+                lim = np.minimum(i + offset + 1, tile_limits(n_q, n_k, bm, bn, lambda first, last: last, cap=n_q))
+                if matches(ctx, *attend(s, v, visible_where(n_q, n_k, np.maximum(lim, 0)))):
+                    yield Cause("key_tiles_end:n_q", (
+                        f"the loop over key tiles is clamped to Nq = {n_q} instead of Nk = {n_k} (the output "
+                        f"matches kv_end = min(Nq, q_last + offset + 1), tiles of {bn} keys): the keys run "
+                        "to Nk, kv_end = min(Nk, q_last + (Nk - Nq) + 1)."))
             lim = np.minimum(i + offset + 1, tile_limits(n_q, n_k, bm, bn, lambda first, last: last - 1))
             if matches(ctx, *attend(s, v, visible_where(n_q, n_k, np.maximum(lim, 0)))):
                 yield Cause("key_tiles_end:-1", (
@@ -820,6 +900,17 @@ def decode_diagnose(ctx, kv_cache_fn):
         if alt is not None and matches(ctx, o=alt[0]):
             yield Cause(cid, f"every row reads {what} (the output matches that): the index of q is missing "
                              f"its {'batch (b · H · d)' if 'batch' in cid else 'head (h · d)'} term.")
+
+    # One cache read in the other's place: the values from k_cache, or the keys from v_cache.
+    if live.any():
+        k, v = kv_cache_fn(ctx, lens)
+        for cid, kk, vv, text in (("operand:v_is_k", k, k, "the values are read from k_cache (the output "
+                                   "matches o = softmax(q · K) · K): the V loads read v_cache, at the K loads' index."),
+                                  ("operand:k_is_v", v, v, "the keys are read from v_cache (the output matches "
+                                   "scores q · V): the K loads read k_cache.")):
+            if kk.shape[2] >= int(np.max(lens, initial=0)) and \
+                    matches(ctx, o=R.decode_attention(q, kk, vv, lens, scale)[0]):
+                yield Cause(cid, text)
 
     # GQA: the query heads read the wrong kv head, all in the same way.
     H, Hkv = p["H"], p["Hkv"]

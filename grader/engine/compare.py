@@ -17,9 +17,12 @@ class Comparison:
     worst_got: float
     worst_want: float
     bad_nonfinite: np.ndarray          # True where the output is NaN/Inf but the reference is not
-    unwritten: np.ndarray              # True where the output still holds the grader's poison
+    unwritten: np.ndarray              # True where the output still holds the grader's poison (its own)
     passed: bool
     reason: str
+    foreign: np.ndarray | None = None  # True where it holds another array's poison: computed from
+                                       # memory nothing wrote
+    foreign_from: str = "another array"   # which array's poison, in words (the runner fills it in)
 
     def where(self) -> str:
         if self.worst_index is None:
@@ -27,14 +30,17 @@ class Comparison:
         return f"{self.name}{list(self.worst_index)} = {self.worst_got:.6g}, expected {self.worst_want:.6g}"
 
 
-def compare(name: str, got, want, rel_tol: float, abs_tol: float) -> Comparison:
+def compare(name: str, got, want, rel_tol: float, abs_tol: float, poison: int | None = None) -> Comparison:
+    """`poison`: the index of the output's own poison payload (runtimes.base.poison_bits), None when
+    unknown (then any of the grader's poisons counts as never written)."""
     got = np.asarray(got)
     want = np.asarray(want, dtype=np.float64)
     if got.shape != want.shape:
         raise ValueError(f"output {name!r} has shape {got.shape}, expected {want.shape}")
     g = got.astype(np.float64)
     finite_ref = np.isfinite(want)
-    unwritten = is_poison(got)
+    unwritten = is_poison(got, poison)
+    foreign = is_poison(got) & ~unwritten
     bad_nonfinite = finite_ref & ~np.isfinite(g)
     # Where the reference itself is infinite (lse = -inf of a row with no key), demand the same.
     inf_mismatch = ~finite_ref & (g != want)
@@ -64,7 +70,10 @@ def compare(name: str, got, want, rel_tol: float, abs_tol: float) -> Comparison:
     if unwritten.any():
         reasons.append(f"{int(unwritten.sum())} of {unwritten.size} elements never written (they still hold "
                        "the NaN the grader filled them with)")
-    computed = bad_nonfinite & ~unwritten
+    if foreign.any():
+        reasons.append(f"{int(foreign.sum())} NaN value{'s' if foreign.sum() != 1 else ''} computed from memory "
+                       "nothing wrote (they hold the NaN the grader filled another array with)")
+    computed = bad_nonfinite & ~unwritten & ~foreign
     if computed.any():
         n = int(computed.sum())
         reasons.append(f"{n} NaN/Inf value{'s' if n != 1 else ''} computed where the answer is finite")
@@ -76,4 +85,4 @@ def compare(name: str, got, want, rel_tol: float, abs_tol: float) -> Comparison:
     if max_abs > abs_tol:
         reasons.append(f"max abs error {max_abs:.3g} > {abs_tol:g}")
     return Comparison(name, rel, max_abs, idx, worst_got, worst_want, bad_nonfinite, unwritten,
-                      not reasons, "; ".join(reasons))
+                      not reasons, "; ".join(reasons), foreign)

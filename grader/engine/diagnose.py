@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..runtimes.base import is_poison
+
 
 
 @dataclass
@@ -68,7 +70,7 @@ def empty_row_causes(ctx: Context):
     masks = {n: _row_mask(n, np.shape(ctx.out[n]), empty) for n in ctx.cmp}
     if any(m is None for m in masks.values()):
         return
-    unwritten = {n: np.asarray(c.unwritten) for n, c in ctx.cmp.items()}
+    unwritten = {n: is_poison(ctx.out[n]) for n in ctx.cmp}     # any of the grader's NaNs
     nan = {n: np.isnan(np.asarray(ctx.out[n], np.float64)) & ~unwritten[n] for n in ctx.cmp}
     for n in ctx.cmp:                 # every element outside the empty rows is right
         got, want = np.asarray(ctx.out[n], np.float64), np.asarray(ctx.ref[n], np.float64)
@@ -123,7 +125,14 @@ def observations(ctx: Context):
             yield Seen(f"{int(c.unwritten.sum())} of {c.unwritten.size} elements of {name} were never written "
                        f"(they still hold the NaN the grader filled {name} with), first at {name}{list(first)}"
                        f"{unwritten_pattern(name, c.unwritten)}.")
-        computed = c.bad_nonfinite & ~c.unwritten
+        foreign = c.foreign if c.foreign is not None else np.zeros(np.shape(got), bool)
+        if foreign.any():
+            first = tuple(int(i) for i in np.argwhere(foreign)[0])
+            yield Seen(f"{int(foreign.sum())} of {foreign.size} elements of {name} hold the NaN the grader filled "
+                       f"{c.foreign_from} with, first at {name}{list(first)}{unwritten_pattern(name, foreign)}: "
+                       "they were computed from elements of that array that nothing wrote (the launch code "
+                       "allocated it; the kernel that fills it did not reach them).")
+        computed = c.bad_nonfinite & ~c.unwritten & ~foreign
         if computed.any():
             first = tuple(int(i) for i in np.argwhere(computed)[0])
             what = "+inf" if np.isposinf(got[computed]).all() else "NaN/Inf"

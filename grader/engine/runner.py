@@ -239,7 +239,7 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     # CPU, rt.asarray of a NumPy array may be the array itself).
     device_inputs = {k: rt.asarray(v.copy()) if isinstance(v, np.ndarray) else v
                      for k, v in inputs.items()}
-    rt.poison_outputs = True
+    rt.start_poisoning()
     if hasattr(rt, "block_order_check"):      # the emulator: rerun blocks last-first where a task asks
         rt.block_order_check = bool(getattr(task, "BLOCK_ORDER_CHECK", False))
     try:
@@ -266,6 +266,9 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     finally:
         rt.poison_outputs = False
 
+    # Each output's own poison: its elements that still hold it were never written (a NaN holding
+    # another array's poison was computed from memory nothing wrote).
+    own = {k: rt.poison_index(v) for k, v in outs.items()}
     out = {k: rt.to_numpy(v) for k, v in outs.items()}
     if hasattr(task, "widen"):        # outputs in a type NumPy lacks (bfloat16 bits) -> float32
         out = task.widen(out, case.params)
@@ -278,7 +281,7 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     ref = task.reference(inputs, case.params)
     if keep is not None:
         keep.update(inputs=inputs, ref=ref, out=out)
-    if all(is_poison(out[k]).all() for k in ref if np.asarray(out[k]).size):
+    if all(is_poison(out[k], own.get(k)).all() for k in ref if np.asarray(out[k]).size):
         res.kind = "not_implemented"
         todo = ex.todos[0] if ex.todos else "the first TODO"
         res.message = (f"not implemented yet: no output element was written (each still holds the "
@@ -296,7 +299,9 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     for name, want in ref.items():
         rel_tol, abs_tol = tolerances[name]
         try:
-            cmps[name] = compare(name, out[name], want, rel_tol, abs_tol)
+            cmps[name] = compare(name, out[name], want, rel_tol, abs_tol, own.get(name))
+            if cmps[name].foreign is not None and cmps[name].foreign.any():
+                cmps[name].foreign_from = rt.poison_source(np.asarray(out[name])[cmps[name].foreign])
         except ValueError as e:
             res.message = str(e)
             return res

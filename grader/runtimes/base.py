@@ -195,12 +195,41 @@ POISON_BITS = {2: 0x7E5E, 4: 0x7FC0DEAD, 8: 0x7FF80000DEADDEAD}
 BF16_POISON_BITS = 0x7FDE
 
 
-def is_poison(a) -> np.ndarray:
-    """True where a float array still holds the grader's poison, bit for bit."""
+# float32 and float64 arrays get one payload each, in the order rt.empty() made them during a case
+# (6 bits of it: the first 64 arrays), so that an output computed from another array nothing wrote
+# (00's scores, a decode workspace) is told apart from one never written: arithmetic on a NaN keeps
+# its payload. 16-bit arrays share one payload (too few bits to spare).
+_PAYLOAD_SHIFT = {4: 16, 8: 32}
+PAYLOADS = 64
+
+
+def poison_bits(itemsize: int, k: int = 0) -> int:
+    """The poison of the k-th array rt.empty() made while grading, for this element size."""
+    shift = _PAYLOAD_SHIFT.get(itemsize)
+    return POISON_BITS[itemsize] + ((k % PAYLOADS) << shift if shift else 0)
+
+
+def is_poison(a, k: int | None = None) -> np.ndarray:
+    """True where a float array still holds the grader's poison, bit for bit: any array's, or with
+    `k`, exactly the k-th array's (that array's own elements that nothing wrote)."""
     a = np.asarray(a)
     if a.dtype.kind != "f" or a.dtype.itemsize not in POISON_BITS:
         return np.isnan(a) if a.dtype.kind in "fc" else np.zeros(a.shape, bool)
-    return a.view(f"u{a.dtype.itemsize}") == POISON_BITS[a.dtype.itemsize]
+    size = a.dtype.itemsize
+    bits = a.view(f"u{size}")
+    if k is not None:
+        return bits == poison_bits(size, k)
+    shift = _PAYLOAD_SHIFT.get(size)
+    if shift is None:
+        return bits == POISON_BITS[size]
+    return (bits & ~np.array((PAYLOADS - 1) << shift, bits.dtype)) == POISON_BITS[size]
+
+
+def _address(a) -> int:
+    """The data address of a NumPy or CuPy array."""
+    data = getattr(a, "data", None)
+    ptr = getattr(data, "ptr", None)
+    return int(ptr) if ptr is not None else int(np.asarray(a).__array_interface__["data"][0])
 
 
 class Runtime:
@@ -226,13 +255,47 @@ class Runtime:
     # integers), so an output element the kernel never writes is caught instead of passing by luck.
     poison_outputs = False
 
+    def start_poisoning(self) -> None:
+        """From now on rt.empty() fills each float array with a poison of its own (the grader
+        calls this before a case, and sets poison_outputs back to False after it)."""
+        self.poison_outputs = True
+        self._poisoned: dict[int, int] = {}       # data address -> its payload's index
+        self._poison_shapes: dict[int, tuple] = {}   # payload index -> (shape, dtype name)
+
+    def poison_source(self, a) -> str:
+        """The arrays whose poison the elements of `a` hold, in words ("the float32 array of shape
+        [1, 2, 70, 13]"), for the elements that hold another array's poison."""
+        a = np.asarray(a)
+        shift = _PAYLOAD_SHIFT.get(a.dtype.itemsize)
+        if a.dtype.kind != "f" or shift is None:
+            return "another array"
+        ks = sorted(set(((a.view(f"u{a.dtype.itemsize}")[is_poison(a)] >> shift) & (PAYLOADS - 1)).tolist()))
+        shapes = getattr(self, "_poison_shapes", {})
+        named = [f"the {shapes[k][1]} array of shape {list(shapes[k][0])}" for k in ks if k in shapes]
+        return " and ".join(named) if named else "another array"
+
+    def poison_index(self, a) -> int | None:
+        """Which payload rt.empty() gave the array `a` (its own poison), None if it made no such array."""
+        dt = np.dtype(getattr(a, "dtype", np.float32))
+        if dt.itemsize not in _PAYLOAD_SHIFT:
+            return 0
+        return getattr(self, "_poisoned", {}).get(_address(a))
+
     def empty(self, shape, dtype="float32"):
         if not self.poison_outputs:
             return self.xp.empty(shape, dtype=dtype)
         dt = np.dtype(dtype)
         if dt.kind == "f" and dt.itemsize in POISON_BITS:
             bits = np.dtype(f"u{dt.itemsize}")
-            return self.xp.full(shape, POISON_BITS[dt.itemsize], dtype=bits).view(dt)
+            made = getattr(self, "_poisoned", None)
+            if made is None:
+                made = self._poisoned = {}
+            k = len(made)
+            out = self.xp.full(shape, poison_bits(dt.itemsize, k), dtype=bits).view(dt)
+            made[_address(out)] = k
+            self._poison_shapes = getattr(self, "_poison_shapes", {})
+            self._poison_shapes[k] = (tuple(np.shape(out)), dt.name)
+            return out
         if dt == np.uint16:
             return self.xp.full(shape, BF16_POISON_BITS, dtype=dt)
         fill = np.nan if dt.kind in "fc" else (np.iinfo(dt).min if dt.kind in "iu" else 0)

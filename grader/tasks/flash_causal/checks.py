@@ -26,6 +26,9 @@ CASES = attention_shapes() + [
     # not only at the last key (a loop bound one key short shows here, and is told from a last key
     # left out).
     Case("offset_one", dict(B=1, H=1, Hkv=1, Nq=128, Nk=129, d=32)),
+    # Nq > Nk with whole key tiles: the second query tile's diagonal starts inside key tile 0, which
+    # is full, so only a diagonal test that includes the offset gives it the per-element mask.
+    Case("queries_past_key_tiles", dict(B=1, H=1, Hkv=1, Nq=200, Nk=130, d=32)),
 ]
 TOLERANCES = {"o": F32, "lse": F32}
 

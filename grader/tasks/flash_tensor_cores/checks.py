@@ -32,6 +32,8 @@ _SHAPES = [  # name, (B, H, Hkv, Nq, Nk, d), extra; the kernel's tiles are 128 q
     ("causal_square", (1, 2, 2, 130, 130, 64), {"causal": True}),
     ("causal_chunked_d128", (1, 2, 1, 40, 170, 128), {"causal": True}),
     ("causal_queries_past_keys", (1, 2, 2, 150, 60, 64), {"causal": True}),
+    # Nq > Nk over whole key tiles: query tile 1's diagonal starts inside the full key tile 0.
+    ("causal_queries_past_key_tiles", (1, 1, 1, 260, 140, 64), {"causal": True}),
     ("bf16_tile_plus_1", (1, 1, 1, 129, 65, 64), {"dtype": "bfloat16"}),
     ("bf16_gqa_causal_d128", (2, 4, 2, 65, 129, 128), {"dtype": "bfloat16", "causal": True}),
     ("bf16_large_logits", (1, 2, 2, 40, 77, 64), {"dtype": "bfloat16", "logit": 50.0}),

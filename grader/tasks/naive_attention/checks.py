@@ -33,6 +33,7 @@ def diagnose(ctx):
     yield from replays.exponent_causes(ctx, s, v)
     yield from replays.key_range_causes(ctx, s, v)
     yield from replays.setup_causes(ctx)
+    yield from replays.feature_causes(ctx)
     yield from weights.observation(weights.prefill_rows(ctx, s, v))
 
 

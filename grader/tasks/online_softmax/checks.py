@@ -141,6 +141,27 @@ def diagnose(ctx):
                     f"the butterfly starts at offset {start} (the output matches it): lanes only combine "
                     f"within groups of {2 * start}, so each group normalises with its own (m, l). Start at "
                     "offset 16, half the warp, and halve down to 1."))
+    # No butterfly at all (or one whose merge never updates the lane's own state): each lane
+    # normalises its own elements with its own (m, l), and lse is lane 0's.
+    y_alt, lse_alt = _replayed(x, (), "xor", "xor")
+    if matches(ctx, y=y_alt, lse=lse_alt) and (ctx.probe or rel(y_alt, ctx.ref["y"]) > 1e-5):
+        yield Cause("reduce:max_sum_lanes:missing_16_8_4_2_1", (
+            "the lanes' states are never combined (the output matches a butterfly with no step: each "
+            "lane normalises its elements with its own max and sum, and lse is lane 0's): every "
+            "__shfl_xor_sync step, offsets 16, 8, 4, 2, 1, must merge the partner's (m, l) into the "
+            "lane's own, merge(m, l, m_other, l_other), which updates its first two arguments."))
+    # y written as exp(x) / l without the max, with l summed against the max.
+    # In float32, as the kernel computes it: exp(x) overflows past x = 88.7.
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        m_row = np.max(x, axis=-1, initial=-np.inf)
+        m_safe = np.where(np.isfinite(m_row), m_row, 0.0)[:, None]
+        l_row = np.exp(x - m_safe).sum(axis=-1, keepdims=True).astype(np.float32)
+        y_alt = np.where(np.isfinite(m_row)[:, None],
+                         np.exp(x.astype(np.float32)) * (np.float32(1) / l_row), 0.0).astype(np.float64)
+    if matches(ctx, y=y_alt):
+        yield Cause("y:unshifted", (
+            "y is written as exp(x) / l, without the max (the output matches softmax times exp(m) per "
+            "row): l was summed as exp(x - m), so y = exp(x - m) / l."))
     # The butterfly with offsets left out elsewhere than at its start (those are reduce:start).
     full = (16, 8, 4, 2, 1)
     for kept in (c for r in range(1, 5) for c in itertools.combinations(full, r)):
