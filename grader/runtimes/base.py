@@ -301,6 +301,13 @@ class Runtime:
         fill = np.nan if dt.kind in "fc" else (np.iinfo(dt).min if dt.kind in "iu" else 0)
         return self.xp.full(shape, fill, dtype=dt)
 
+    def tensor_map(self, x, box_rows: int, elem: str):
+        """A TMA tensor map (module 10) over x [..., n, d] of 16-bit elements, seen as [B·H, n, d]:
+        boxes of 64 features × box_rows rows, 128-byte swizzle, zeros past the ends. Returned as the
+        128 bytes a kernel takes by value (`const __grid_constant__ TensorMap`)."""
+        raise RuntimeUnavailable(f"the {self.name} runtime has no tensor memory accelerator (TMA): "
+                                 "module 10 runs on an sm_90 GPU (--backend gpu)")
+
     def zeros(self, shape, dtype="float32"):
         return self.xp.zeros(shape, dtype=dtype)
 

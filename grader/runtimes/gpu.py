@@ -1,6 +1,7 @@
 """The GPU runtime: CuPy's RawModule (NVRTC) with the course's prelude and argument checks."""
 from __future__ import annotations
 
+import ctypes
 import os
 
 import numpy as np
@@ -121,6 +122,7 @@ class GpuRuntime(Runtime):
         self.compute_capability = f"{props['major']}{props['minor']}"
         self.resources: dict[str, dict] = {}   # kernel name -> attributes, for the report
         self._modules: dict[tuple, GpuModule] = {}
+        self._tensor_maps: dict[tuple, np.void] = {}
 
     def compile(self, source: str, options=(), name_expressions=None):
         cupy = self.xp
@@ -139,6 +141,45 @@ class GpuRuntime(Runtime):
             raise CompileError("the kernel did not compile (NVRTC):", str(e)) from None
         module = self._modules[key] = GpuModule(self, raw, parse_signatures(source))
         return module
+
+    # A tensor map as a kernel parameter: 128 opaque bytes, 64-byte aligned (CUtensorMap).
+    TENSOR_MAP = np.dtype([("opaque", np.uint64, 16)], align=True)
+    TMA_BOX_COLS = 64        # features per box: one 128-byte swizzled row of 16-bit elements
+
+    def tensor_map(self, x, box_rows: int, elem: str):
+        key = (int(x.data.ptr), tuple(x.shape), tuple(x.strides), int(box_rows), elem)
+        cached = self._tensor_maps.get(key)
+        if cached is not None:
+            return cached
+        try:
+            from cuda.bindings import driver as cu
+        except ImportError as e:
+            raise RuntimeUnavailable("tensor maps need cuda-bindings (pip install cuda-bindings), "
+                                     f"which is not importable here ({e})") from e
+        if x.dtype.itemsize != 2 or not x.flags.c_contiguous:
+            raise LaunchError(f"a tensor map needs a contiguous array of 16-bit elements, got {x.dtype} "
+                              f"{'(not contiguous)' if not x.flags.c_contiguous else ''}")
+        *lead, n, d = x.shape
+        bh = int(np.prod(lead)) if lead else 1
+        kind = (cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 if elem == "bfloat16"
+                else cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16)
+        err, tmap = cu.cuTensorMapEncodeTiled(
+            kind, cu.cuuint32_t(3), int(x.data.ptr), [cu.cuuint64_t(v) for v in (d, n, bh)],
+            [cu.cuuint64_t(v) for v in (d * 2, n * d * 2)],
+            [cu.cuuint32_t(v) for v in (self.TMA_BOX_COLS, box_rows, 1)], [cu.cuuint32_t(1)] * 3,
+            cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise LaunchError(f"cuTensorMapEncodeTiled refused a map over {tuple(x.shape)} with boxes of "
+                              f"{box_rows} rows: {err}")
+        out = np.zeros(1, self.TENSOR_MAP)
+        out.view(np.uint8)[:] = np.frombuffer(ctypes.string_at(tmap.getPtr(), 128), np.uint8)
+        if len(self._tensor_maps) > 64:
+            self._tensor_maps.clear()
+        self._tensor_maps[key] = out[0]
+        return out[0]
 
     def asarray(self, a, dtype=None):
         return self.xp.ascontiguousarray(self.xp.asarray(a, dtype=dtype))
