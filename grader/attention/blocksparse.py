@@ -437,7 +437,8 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
                     count_columns_only: bool = False, element_col_in_tile: bool = False,
                     element_col_block: int | None = None, element_row_stride: int | None = None,
                     rect_row_block: int | None = None, element_inverted: bool = False,
-                    pad: bool = False) -> np.ndarray:
+                    pad: bool = False, kept_last_only: bool = False, rect_cols_short: bool = False,
+                    rect_row_start_up: bool = False) -> np.ndarray:
     """[B, H, Nq, Nk]: what the module's kernel lets each query see, tile by tile: a key tile is
     skipped when no block of its rectangle is kept, runs the per-element block test when some are
     not (partial), and runs whole otherwise; the causal test applies everywhere. The variants are a
@@ -446,7 +447,10 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
     test reading the key's column within its tile, or dividing it by `element_col_block`, or stepping
     from one mask row to the next by `element_row_stride` bytes, or testing for a kept block where a
     dropped one is due (`element_inverted`), and the rectangle's rows found by dividing the tile's
-    rows by `rect_row_block` (reads past the whole mask find `pad`, the allocation's padding)."""
+    rows by `rect_row_block` (reads past the whole mask find `pad`, the allocation's padding), the
+    count of kept blocks holding only the rectangle's last block (`kept_last_only`: = where += is
+    due), the scan of its columns stopping one short (`rect_cols_short`: bc < bc1), or its first row
+    rounded up (`rect_row_start_up`: cdiv(q_start, mb_rows))."""
     class_mask = bm if class_mask is None else class_mask
     tm, tn = tile
     off = n_k - n_q
@@ -456,6 +460,8 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
     for q0 in range(0, n_q, tm):
         q1 = min(q0 + tm, n_q)
         r0, r1 = q0 // (rect_row_block or block[0]), (q1 - 1) // (rect_row_block or block[0])
+        if rect_row_start_up:
+            r0 = cdiv(q0, block[0])
         kv_end = min(n_k, q1 + off) if causal else n_k
         for k0 in range(0, kv_end, tn):
             k1 = min(k0 + tn, n_k)
@@ -464,9 +470,11 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
                 at = (np.arange(r0, r1 + 1)[:, None] * bm.shape[-1] + np.arange(c0, c1 + 1)[None, :])
                 flat = np.concatenate([class_mask.reshape(-1), np.full(at.max() + 1, pad)])
                 kept = flat[slabs[..., None, None] + at].sum(axis=(-1, -2))
+            elif kept_last_only:
+                kept = (class_mask[..., r1, c1] != 0).astype(int) if r0 <= r1 else np.zeros(bm.shape[:2], int)
             else:
-                kept = class_mask[..., r0:r1 + 1, c0:c1 + 1].sum(axis=(-1, -2))
-            blocks = (c1 - c0 + 1) * (1 if count_columns_only else r1 - r0 + 1)
+                kept = class_mask[..., r0:r1 + 1, c0:c1 + (0 if rect_cols_short else 1)].sum(axis=(-1, -2))
+            blocks = (c1 - c0 + 1) * (1 if count_columns_only else max(r1 - r0 + 1, 0))
             partial = (kept < blocks)[..., None, None]
             cols = np.arange(k0, k1) - (k0 if element_col_in_tile else 0)
             # Read as the kernel does, from the head's slab start: a column past the row reads on.
@@ -527,6 +535,16 @@ def tile_decision_causes(ctx, s, v):
         variants += [("block_mask:rect_rows_by_cols", dict(rect_row_block=block[1], pad=pad),
                       "the rows of a tile's rectangle are found by dividing the tile's rows by mb_cols, "
                       "br0 = q_start / mb_cols: query row i's mask row is i / mb_rows") for pad in (False, True)]
+    variants += [("block_mask:count_assigned", dict(kept_last_only=True),
+                  "the count of a tile's kept mask blocks holds only the last block of its rectangle "
+                  "(kept = ... where kept += ... is due): a tile whose last block is dropped is skipped "
+                  "even when others are kept"),
+                 ("block_mask:scan_end:-1", dict(rect_cols_short=True),
+                  "the scan of a tile's mask blocks stops one column short (bc < bc1 where bc <= bc1 is "
+                  "due): the blocks of its last mask column are never counted"),
+                 ("block_mask:rect_start_rounded_up", dict(rect_row_start_up=True),
+                  "the first mask row of a tile's rectangle is rounded up, (q_start + mb_rows - 1) / mb_rows, "
+                  "where q_start / mb_rows, the row that holds query q_start, is due")]
     if nr != nc:
         variants += [("block_mask:element_row_stride_n_mb_q", dict(element_row_stride=nr, pad=pad),
                       "the per-element test finds row i's mask bytes at mask + (i / mb_rows) · n_mb_q, with "

@@ -54,6 +54,22 @@ OPERAND_BUGS = (
 )
 
 
+def lower_rows_from_upper(x) -> np.ndarray:
+    """In each 16×16 block, the piece at (rows 8-15, cols 8-15) replaced by (rows 0-7, cols 8-15)."""
+    y, cut = _blocks(x, 16)
+    n, d = y.shape[-2:]
+    y = y.reshape(y.shape[:-2] + (n // 16, 2, 8, d // 16, 2, 8)).copy()
+    y[..., :, 1, :, :, 1, :] = y[..., :, 0, :, :, 1, :]
+    return cut(y.reshape(y.shape[:-6] + (n, d)))
+
+
+# P's A fragment only: its fourth register packed from row g's elements where row g + 8's are due.
+P_BUGS = OPERAND_BUGS + (
+    ("row_g_twice", lower_rows_from_upper,
+     "the piece of rows 8-15, keys 8-15 of each 16×16 block holding rows 0-7's (the fourth register "
+     "packed from row g where row g + 8 is due)"),)
+
+
 def operand_causes(ctx, visible=None):
     """q, k or v reaching the mma with its 8×8 pieces misplaced."""
     for name in ("q", "k", "v"):
@@ -87,7 +103,7 @@ def streaming_causes(ctx, s, v, visible=None):
     n_q, n_k = s.shape[-2:]
     s_pad, vis_pad = rows_padded_to_16(s, visible)
     for tile in tiles(ctx, "BLOCK_N"):
-        for bug, rearrange, what in OPERAND_BUGS:
+        for bug, rearrange, what in P_BUGS:
             o_alt, lse_alt = streamed(s_pad, v, tile, visible=vis_pad, p_for_acc=lambda p: rearrange(into_mma(p)))
             o_alt, lse_alt = o_alt[..., :n_q, :], lse_alt[..., :n_q]
             if matches(ctx, o=o_alt, lse=lse_alt):

@@ -137,3 +137,24 @@ def reduction_causes(ctx, s, v, visible=None, layout: str = "slices"):
                     "lse is computed from the writing lane's own part of l, before the sum over "
                     f"{who} (the output matches that, while o uses the whole row's l): lse = m + log(l) "
                     "with l after its butterfly."))
+
+
+def store_layout_causes(ctx):
+    """02's output store writing a thread's features contiguously, o[tx · TD + e], where its
+    accumulators hold the interleaved features slice_col(e, tx) (TD = d / COLS): the features of
+    every row come out permuted (d = 4 · COLS, one float4 per lane, is right either way)."""
+    cols = (getattr(ctx, "config", None) or {}).get("COLS")
+    o = ctx.ref["o"]
+    d = o.shape[-1]
+    if not isinstance(cols, int) or cols < 2 or d % (4 * cols):
+        return
+    td = d // cols
+    perm = np.array([(e // 4) * (cols * 4) + tx * 4 + e % 4 for tx in range(cols) for e in range(td)])
+    if np.array_equal(perm, np.arange(d)):
+        return
+    if matches(ctx, o=o[..., perm], lse=ctx.ref["lse"]):
+        yield Cause("store:o_cols_contiguous", (
+            f"each row of o holds its features permuted, exactly as a store of a thread's accumulators "
+            f"to o[tx · {td} + e] would place them (the output matches that): thread tx holds features "
+            f"slice_col(e, tx), float4 chunks interleaved over the COLS = {cols} threads of the row, so "
+            f"element e goes to o[slice_col(e, tx)]."))

@@ -457,6 +457,21 @@ def output_causes(ctx, s, v, visible=None):
                     "the running max starts at 0 instead of -INFINITY (the output matches that in float32): "
                     "a row whose scores all lie below about -103 then has exp(s - 0) = 0 for every key, "
                     "l = 0 and o = 0/0. Seed m = -INFINITY, so the first score becomes the max."))
+        # o = acc / inv_l: the division turned into a product, o · l².
+        finite = np.isfinite(lse_ref)[..., None]
+        if matches(ctx, o=np.where(finite, o_ref * (l_row ** 2)[..., None], 0.0)):
+            yield Cause("o:divides_by_inv_l", (
+                "o is acc divided by 1/l, acc · l, where acc · (1/l) is due (the output matches o · l² per "
+                "row): o = acc · inv_l with inv_l = 1/l."))
+        # P normalised without the max: exp(s) / l with l summed against the max (float32: exp
+        # overflows past 88.7).
+        with np.errstate(over="ignore", invalid="ignore"):
+            p_raw = np.exp(s_vis.astype(np.float32)) / np.where(l_row > 0, l_row, 1.0)[..., None].astype(np.float32)
+            o_raw = np.where(finite, (p_raw @ np.asarray(v, np.float32)).astype(np.float64), 0.0)
+        if matches(ctx, o=o_raw):
+            yield Cause("p:unshifted", (
+                "P is exp(s) / l, without the max (the output matches o · exp(m) per row): l was summed "
+                "as exp(s - m), so P = exp(s - m) / l."))
         # The sum seeded at 1 instead of 0 (where no rescale wipes it: a softmax over whole rows).
         l_one = l_row + 1.0
         if matches(ctx, o=np.where(np.isfinite(lse_ref)[..., None], o_ref * (l_row / l_one)[..., None], 0.0),
@@ -511,9 +526,23 @@ def batch_causes(ctx, visible=None):
 
 
 def head_causes(ctx, visible=None):
-    """An index that drops the head offset: every head reads head 0's q, or kv head 0's k and v."""
+    """An index that drops the head offset: every head reads head 0's q, or kv head 0's k and v; with
+    GQA, q read at the kv head's index or at the first head of the group."""
     if ctx.params.get("H", 1) < 2:
         return
+    q = np.asarray(ctx.inputs["q"])
+    H, Hkv = q.shape[1], np.shape(ctx.inputs["k"])[1]
+    if H != Hkv:
+        group = H // Hkv
+        for cid, heads, text in (
+                ("gqa:q_kv_head", [h // group for h in range(H)],
+                 "query head h reads q at the kv head's index, h / (H / Hkv) (the output matches that): "
+                 "q's head is h itself, only k and v are shared"),
+                ("gqa:q_first_of_group", [h // group * group for h in range(H)],
+                 "every query head of a group reads the group's first query (the output matches that): "
+                 "each query head h has its own q")):
+            if matches(ctx, *attend(*scores(dict(ctx.inputs, q=q[:, heads])), visible)):
+                yield Cause(cid, text + ".")
     for names in (("q",), ("k", "v")):
         alt = dict(ctx.inputs)
         for x in names:
@@ -714,6 +743,26 @@ def mask_causes(ctx, s, v):
                     "full query tile of square tiles that is the same as kv_start > q_start + offset). A "
                     "tile needs the test when its LAST key lies past what its FIRST row sees: "
                     "kv_start + BLOCK_N - 1 > q_start + offset."))
+            # The per-element test writing 0 where -INFINITY is due: in the tiles it runs in (the
+            # diagonal ones and the last, partial one) the hidden keys score 0, the zero-filled
+            # keys past Nk too (their v is 0).
+            first = (i // bm) * bm
+            last = np.minimum(first + bm, n_q) - 1
+            end = -(-np.clip(last + offset + 1, 0, n_k) // bn) * bn        # visited, whole tiles
+            width = int(end.max(initial=0))
+            if width:
+                jj = np.arange(width)
+                tile = (jj // bn) * bn
+                tested = (tile[None, :] + bn - 1 > first[:, None] + offset) | (tile[None, :] + bn > n_k)
+                seen = (jj[None, :] < n_k) & (jj[None, :] <= i[:, None] + offset)
+                s_pad = np.concatenate([s, np.zeros(s.shape[:-1] + (max(width - n_k, 0),))], axis=-1)[..., :width]
+                v_pad = np.concatenate([v, np.zeros(v.shape[:-2] + (max(width - n_k, 0), v.shape[-1]))], axis=-2)[..., :width, :]
+                s_zero = np.where(seen, s_pad, np.where(tested & (jj[None, :] < end[:, None]), 0.0, -np.inf))
+                if (s_zero != np.where(seen, s_pad, -np.inf)).any() and matches(ctx, *attend(s_zero, v_pad)):
+                    yield Cause("mask:zero_not_inf", (
+                        f"the masked scores are set to 0, not -INFINITY (the output matches that, with tiles of "
+                        f"{bm} queries × {bn} keys: the hidden keys, and the zero-filled ones past Nk, weigh "
+                        f"exp(0 - m) each): a masked score must be -INFINITY, so that exp(s - m) = 0."))
             # The same test without the offset: with Nq > Nk, tiles the shifted diagonal crosses are
             # taken whole.
             vis = diagonal_tiles_masked(n_q, n_k, bm, bn, lambda r: r + offset + 1, straddle_offset=False)
@@ -901,6 +950,14 @@ def decode_diagnose(ctx, kv_cache_fn):
             yield Cause(cid, f"every row reads {what} (the output matches that): the index of q is missing "
                              f"its {'batch (b · H · d)' if 'batch' in cid else 'head (h · d)'} term.")
 
+    # GQA: every query head of a group reads the group's first query.
+    if p["H"] != p["Hkv"] and live.any():
+        group = p["H"] // p["Hkv"]
+        alt = attend_lens(lens, q=np.ascontiguousarray(q[:, [h // group * group for h in range(p["H"])]]))
+        if alt is not None and matches(ctx, o=alt[0], lse=alt[1]):
+            yield Cause("gqa:q_first_of_group", "every query head of a group reads the group's first query (the "
+                        "output matches that): each query head h has its own q, qv[g] for head kv · GROUP + g.")
+
     # One cache read in the other's place: the values from k_cache, or the keys from v_cache.
     if live.any():
         k, v = kv_cache_fn(ctx, lens)
@@ -909,7 +966,7 @@ def decode_diagnose(ctx, kv_cache_fn):
                                   ("operand:k_is_v", v, v, "the keys are read from v_cache (the output matches "
                                    "scores q · V): the K loads read k_cache.")):
             if kk.shape[2] >= int(np.max(lens, initial=0)) and \
-                    matches(ctx, o=R.decode_attention(q, kk, vv, lens, scale)[0]):
+                    matches(ctx, *R.decode_attention(q, kk, vv, lens, scale)[:2]):
                 yield Cause(cid, text)
 
     # GQA: the query heads read the wrong kv head, all in the same way.

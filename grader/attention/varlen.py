@@ -189,6 +189,13 @@ def boundary_causes(ctx):
             yield Cause("varlen:key_offsets", f"the keys of sequence b are found with {what}: the output matches that. With chunked "
                     f"prefill a sequence has n_q != n_k, so its keys have their own offsets: k_begin = "
                     f"cu_seqlens_k[b], n_k = cu_seqlens_k[b + 1] - k_begin.")
+    # The keys from the right start, counted from the query offset: n_k = cu_seqlens_k[b + 1] - q_begin.
+    count = lambda b: (sp[b][2], max(0, sp[b][2] + sp[b][3] - sp[b][0]))  # noqa: E731
+    if not any(count(b)[1] and count(b)[0] + count(b)[1] > total_k for b in range(len(sp))) and \
+            not all(count(b) == (sp[b][2], sp[b][3]) for b in range(len(sp))) and \
+            replays.matches(ctx, *attend(inputs, keys=count)):
+        yield Cause("varlen:key_count", "sequence b's keys are counted from the query offset, n_k = cu_seqlens_k[b + 1] - "
+                    "q_begin (the output matches that): n_k = cu_seqlens_k[b + 1] - k_begin.")
     if inputs["causal"]:
         for what, off in (("max_seqlen_k - max_seqlen_q", max_k - max_q), ("total_k - total_q", total_k - total_q)):
             if all(off == nk - nq for _, nq, _, nk in sp if nq):

@@ -5,7 +5,7 @@ The diagnosis replays the usual bugs in float64 (a missing bounds mask, a missin
 """
 from __future__ import annotations
 
-from ...attention import replays, weights
+from ...attention import lanes, replays, weights
 from ...attention.calls import prefill_call, prefill_reference
 from ...attention.inputs import attention_inputs, attention_shapes
 from ...spec import F32, Case
@@ -28,4 +28,5 @@ def reference(inputs, p):
 def diagnose(ctx):
     s, v = replays.scores(ctx.inputs)
     yield from replays.prefill_causes(ctx, s, v)
+    yield from lanes.store_layout_causes(ctx)
     yield from weights.observation(weights.prefill_rows(ctx, s, v))

@@ -158,6 +158,12 @@ def diagnose(ctx):
         l_row = np.exp(x - m_safe).sum(axis=-1, keepdims=True).astype(np.float32)
         y_alt = np.where(np.isfinite(m_row)[:, None],
                          np.exp(x.astype(np.float32)) * (np.float32(1) / l_row), 0.0).astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        y_inv = np.where(np.isfinite(m_row)[:, None], ctx.ref["y"] * l_row.astype(np.float64) ** 2, 0.0)
+    if matches(ctx, y=y_inv):
+        yield Cause("y:divides_by_inv_l", (
+            "y is exp(x - m) divided by 1/l, where times 1/l is due (the output matches y · l² per row): "
+            "y = exp(x - m) · inv_l with inv_l = 1/l."))
     if matches(ctx, y=y_alt):
         yield Cause("y:unshifted", (
             "y is written as exp(x) / l, without the max (the output matches softmax times exp(m) per "
