@@ -95,3 +95,49 @@ def test_an_inverted_element_test_keeps_whole_tiles_and_flips_partial_ones():
     vis = BS.decided_visible(bm, (32, 32), 64, 64, (64, 64), False, element_inverted=True)
     truth = BS.visible(bm, (32, 32), 64, 64)
     assert np.array_equal(vis, ~truth)                 # one tile, partial: every key flipped
+
+
+def test_each_array_made_while_grading_has_its_own_poison():
+    from grader.runtimes.base import Runtime, is_poison
+    rt = Runtime()
+    rt.start_poisoning()
+    a, b = rt.empty((3, 4)), rt.empty((2,))
+    assert rt.poison_index(a) == 0 and rt.poison_index(b) == 1
+    assert is_poison(a).all() and is_poison(a, 0).all() and not is_poison(a, 1).any()
+    # Arithmetic keeps a NaN's payload: a value computed from b is b's poison, not a's.
+    a[0, 0] = b[0] * np.float32(2) + np.float32(1)
+    assert is_poison(a).all() and not is_poison(a, 0)[0, 0] and is_poison(a, 1)[0, 0]
+    assert "float32 array of shape [2]" in rt.poison_source(a[0:1, 0])
+    a[1, 1] = np.nan            # a NaN of the machine's own: no poison at all
+    assert not is_poison(a)[1, 1]
+
+
+def test_the_fourth_p_register_from_row_g_repeats_the_upper_right_piece():
+    from grader.attention.fragments import lower_rows_from_upper
+    x = np.arange(32 * 16, dtype=float).reshape(32, 16)
+    y = lower_rows_from_upper(x)
+    assert y[8 + 2, 8 + 3] == x[2, 8 + 3] and y[16 + 8, 8] == x[16, 8]
+    assert (y[:8] == x[:8]).all() and (y[8:16, :8] == x[8:16, :8]).all()
+
+
+def test_the_tile_decision_variants_of_the_kept_count():
+    # One query tile of 64 rows over mask blocks of 32 × 32, two key columns: kept blocks only in
+    # column 0. The last block (row 1, column 1) is dropped: counting it alone skips the tile.
+    bm = np.array([[[[1, 0], [1, 0]]]], np.uint8)
+    args = (bm != 0, (32, 32), 64, 64, (64, 64), False)
+    right = BS.decided_visible(*args)
+    assert right[..., :, :32].all() and not right[..., :, 32:].any()
+    assert not BS.decided_visible(*args, kept_last_only=True).any()
+    # Scanning one column short counts only column 0: kept, so still partial and right here.
+    assert np.array_equal(BS.decided_visible(*args, rect_cols_short=True), right)
+
+
+def test_the_guard_on_the_tile_max_changes_lse_not_o():
+    from grader.attention.replays import streamed
+    rng = np.random.default_rng(1)
+    s, v = rng.normal(size=(1, 1, 4, 8)) * 3, rng.normal(size=(1, 1, 8, 5))
+    vis = np.ones((4, 8), bool)
+    vis[:, 4:] = False                          # the second tile of 4 keys: nothing visible
+    o, lse = streamed(s, v, 4, visible=vis)
+    o_g, lse_g = streamed(s, v, 4, visible=vis, guard_tile=True)
+    assert np.allclose(o, o_g) and not np.allclose(lse, lse_g)

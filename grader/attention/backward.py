@@ -306,6 +306,11 @@ def delta_causes(ctx):
     if _replay(ctx, delta=v_as_o):
         yield Cause("D:from_v", "D is computed from V instead of O: D_i must be rowsum(dO ∘ O), the output of the forward "
                 "pass (check which array backward_preprocess receives).")
+    for cid, arrays, delta in (("D:from_do_do", "dO ∘ dO", lambda p, dp, do, o, b, h: (do * do).sum(axis=-1)),
+                               ("D:from_o_o", "O ∘ O", lambda p, dp, do, o, b, h: (o * o).sum(axis=-1))):
+        if _replay(ctx, delta=delta):
+            yield Cause(cid, f"D is rowsum({arrays}) (the output matches that): D_i = rowsum(dO ∘ O), the upstream "
+                        "gradient times the forward output.")
     d_feat = np.asarray(ctx.inputs["q"]).shape[3]
     for lanes in (16, 8, 4, 2, 1):            # lane 0 ends with the sums of lanes 0 .. lanes - 1 only
         part = (np.arange(d_feat) % 32) < lanes

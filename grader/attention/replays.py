@@ -66,14 +66,15 @@ def attend(s, v, visible=None):
 
 
 def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_max=False, first_zero=False,
-             p_for_acc=None):
+             p_for_acc=None, guard_tile=False):
     """The online softmax over key tiles, as a kernel runs it, with the rescale optionally left out
     (rescale_acc may also be a mask over acc's columns: those rescaled, or a function of alpha giving
     each element's factor; rescale_l="after": l rescaled after this tile's sum is added), or
     (stale_max) each tile's P
     taken against the max before the tile (0 before the first), or (first_zero) a row's first tile
     with a visible key taken against 0 instead of its max. p_for_acc(p) is the P the second product
-    reads (rounded to the input type, or rearranged), where l sums p itself."""
+    reads (rounded to the input type, or rearranged), where l sums p itself. guard_tile: the guard
+    for an empty state tests the tile's own max, m_use = 0 whenever the tile has no visible key."""
     if visible is not None:
         s = np.where(visible, s, -np.inf)
     shape = s.shape[:-1]
@@ -83,7 +84,9 @@ def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_m
         for start in range(0, s.shape[-1], tile):
             st = s[..., start:start + tile]
             m_new = np.maximum(m, st.max(axis=-1))
-            m_use = np.where(np.isfinite(m_new), m_new, 0.0)
+            m_use = np.where(np.isfinite(st.max(axis=-1) if guard_tile else m_new), m_new, 0.0)
+            if guard_tile:
+                m_use = np.where(np.isfinite(m_use), m_use, 0.0)
             alpha = np.exp((m - m_use).astype(np.float32)).astype(np.float64)   # float32, as the kernel
             shift = np.where(np.isfinite(m), m, 0.0) if stale_max else m_use
             if first_zero:
@@ -763,6 +766,24 @@ def mask_causes(ctx, s, v):
                         f"the masked scores are set to 0, not -INFINITY (the output matches that, with tiles of "
                         f"{bm} queries × {bn} keys: the hidden keys, and the zero-filled ones past Nk, weigh "
                         f"exp(0 - m) each): a masked score must be -INFINITY, so that exp(s - m) = 0."))
+            # The guard for an empty state testing the tile's max, not m_new: a tile with no visible
+            # key for a row that saw keys before scales its l and acc by exp(m) (o stays right).
+            o_g, lse_g = np.zeros(np.shape(ctx.ref["o"])), np.zeros(np.shape(ctx.ref["lse"]))
+            for q0 in range(0, n_q, bm):
+                q1 = min(q0 + bm, n_q)
+                kv = min(n_k, -(-max(0, min(n_k, q1 - 1 + offset + 1)) // bn) * bn)
+                if kv == 0:
+                    o_g[..., q0:q1, :], lse_g[..., q0:q1] = 0.0, -np.inf
+                    continue
+                vis_t = visible_where(n_q, n_k, i + offset + 1)[q0:q1, :kv]
+                o_g[..., q0:q1, :], lse_g[..., q0:q1] = streamed(s[..., q0:q1, :kv], v[..., :kv, :], bn,
+                                                                 visible=vis_t, guard_tile=True)
+            if matches(ctx, o=o_g, lse=lse_g):
+                yield Cause("softmax:guard_tile_max", (
+                    f"the guard for an empty state tests this tile's max, not the running one (the output "
+                    f"matches m_use = 0 whenever a tile has no visible key, tiles of {bm} × {bn}): a row that "
+                    "saw keys before then rescales l and acc by exp2(m - 0), and lse comes out off. Test "
+                    "the new running max: m_use = (m_new == -INFINITY) ? 0 : m_new."))
             # The same test without the offset: with Nq > Nk, tiles the shifted diagonal crosses are
             # taken whole.
             vis = diagonal_tiles_masked(n_q, n_k, bm, bn, lambda r: r + offset + 1, straddle_offset=False)
