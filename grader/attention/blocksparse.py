@@ -438,7 +438,8 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
                     element_col_block: int | None = None, element_row_stride: int | None = None,
                     rect_row_block: int | None = None, element_inverted: bool = False,
                     pad: bool = False, kept_last_only: bool = False, rect_cols_short: bool = False,
-                    rect_row_start_up: bool = False) -> np.ndarray:
+                    rect_row_start_up: bool = False, scan_first_column: bool = False,
+                    skip_breaks: bool = False) -> np.ndarray:
     """[B, H, Nq, Nk]: what the module's kernel lets each query see, tile by tile: a key tile is
     skipped when no block of its rectangle is kept, runs the per-element block test when some are
     not (partial), and runs whole otherwise; the causal test applies everywhere. The variants are a
@@ -450,7 +451,9 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
     rows by `rect_row_block` (reads past the whole mask find `pad`, the allocation's padding), the
     count of kept blocks holding only the rectangle's last block (`kept_last_only`: = where += is
     due), the scan of its columns stopping one short (`rect_cols_short`: bc < bc1), or its first row
-    rounded up (`rect_row_start_up`: cdiv(q_start, mb_rows))."""
+    rounded up (`rect_row_start_up`: cdiv(q_start, mb_rows)), every column of the scan reading the
+    first one (`scan_first_column`: bc0 where bc is due), and a skipped tile ending the loop over
+    key tiles (`skip_breaks`: break where continue is due)."""
     class_mask = bm if class_mask is None else class_mask
     tm, tn = tile
     off = n_k - n_q
@@ -459,6 +462,7 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
     slabs = np.arange(bm.shape[0] * bm.shape[1]).reshape(bm.shape[:2]) * bm.shape[-1] * bm.shape[-2]
     for q0 in range(0, n_q, tm):
         q1 = min(q0 + tm, n_q)
+        stopped = np.zeros(bm.shape[:2], bool)          # skip_breaks: the loop has ended
         r0, r1 = q0 // (rect_row_block or block[0]), (q1 - 1) // (rect_row_block or block[0])
         if rect_row_start_up:
             r0 = cdiv(q0, block[0])
@@ -472,6 +476,8 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
                 kept = flat[slabs[..., None, None] + at].sum(axis=(-1, -2))
             elif kept_last_only:
                 kept = (class_mask[..., r1, c1] != 0).astype(int) if r0 <= r1 else np.zeros(bm.shape[:2], int)
+            elif scan_first_column:
+                kept = (c1 - c0 + 1) * class_mask[..., r0:r1 + 1, c0].sum(axis=-1)
             else:
                 kept = class_mask[..., r0:r1 + 1, c0:c1 + (0 if rect_cols_short else 1)].sum(axis=(-1, -2))
             blocks = (c1 - c0 + 1) * (1 if count_columns_only else max(r1 - r0 + 1, 0))
@@ -483,8 +489,10 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
             element = np.concatenate([bm.reshape(-1), np.full(at.max() + 1, pad)])[slabs[..., None, None] + at]
             if element_inverted:
                 element = ~element
+            if skip_breaks:
+                stopped |= kept == 0
             vis[..., q0:q1, k0:k1] = (np.where(partial, element, True) & cm[q0:q1, k0:k1]
-                                      & (kept > 0)[..., None, None])
+                                      & ((kept > 0) & ~stopped)[..., None, None])
     return vis
 
 
@@ -542,6 +550,12 @@ def tile_decision_causes(ctx, s, v):
                  ("block_mask:scan_end:-1", dict(rect_cols_short=True),
                   "the scan of a tile's mask blocks stops one column short (bc < bc1 where bc <= bc1 is "
                   "due): the blocks of its last mask column are never counted"),
+                 ("block_mask:scan_first_column", dict(scan_first_column=True),
+                  "the scan of a tile's mask blocks reads column bc0 for every bc (mask[br · n_mb_k + bc0] "
+                  "where + bc is due): the first column's blocks are counted once per column"),
+                 ("block_mask:skip_breaks", dict(skip_breaks=True),
+                  "a skipped tile ends the loop over key tiles (break where continue is due): the key "
+                  "tiles after the first one with no kept block never run"),
                  ("block_mask:rect_start_rounded_up", dict(rect_row_start_up=True),
                   "the first mask row of a tile's rectangle is rounded up, (q_start + mb_rows - 1) / mb_rows, "
                   "where q_start / mb_rows, the row that holds query q_start, is due")]

@@ -31,7 +31,8 @@ def lane_streamed(s, v, tile: int, lanes: int, key_lane, col_lane, max_offsets, 
                   visible=None, p_for_acc=None, guard: bool = True, lse_own_l: bool = False,
                   max_rows: int = 1):
     """(o, lse) of a kernel whose lanes share each row: the tile's max reduced over `max_offsets`
-    only, l over `sum_offsets` only. Each lane exponentiates its own keys against its own max and
+    only, l over `sum_offsets` only (or, as a [lanes, lanes] boolean matrix, over the lanes it
+    names for each lane). Each lane exponentiates its own keys against its own max and
     rescales its own l and its own columns of acc; acc sums the P of every lane (P goes through
     shared memory, or is the mma's operand); lane 0 writes lse. Without `guard` (02, whose rows all
     see keys) a lane that has seen no key exponentiates against m = -inf, and o = acc / l unguarded.
@@ -43,7 +44,8 @@ def lane_streamed(s, v, tile: int, lanes: int, key_lane, col_lane, max_offsets, 
         s = np.where(visible, s, -np.inf)
     n_k = s.shape[-1]
     key_lane, col_lane = np.asarray(key_lane), np.asarray(col_lane)
-    g_max, g_sum = _group(lanes, max_offsets), _group(lanes, sum_offsets)
+    g_max = _group(lanes, max_offsets)
+    g_sum = np.asarray(sum_offsets, bool) if np.ndim(sum_offsets) == 2 else _group(lanes, sum_offsets)
     shape = s.shape[:-1]
     m = np.full(shape + (lanes,), -np.inf)
     l = np.zeros(shape + (lanes,))
@@ -117,6 +119,16 @@ def reduction_causes(ctx, s, v, visible=None, layout: str = "slices"):
                 f"with key tiles of {tile}: {reach}). A row's keys are spread over those lanes, so "
                 f"the butterfly needs every offset, {_offsets_text(full)}, for the max (before P) "
                 f"and for l (before o = acc / l)."))
+        # l's butterfly adding the partner's own partial sum at each step, l[r] where the running
+        # l_row is due: lane t ends with its own part and its partners' at each offset, no more.
+        direct = np.array([[u == t or (t ^ u) in full for u in range(lanes)] for t in range(lanes)])
+        o_alt, lse_alt = lane_streamed(s, v, tile, lanes, key_lane, col_lane, full, direct, visible, into)
+        if matches(ctx, o=into(o_alt) if into else o_alt, lse=lse_alt):
+            yield Cause("reduce:sum_lanes:unaccumulated", (
+                f"the butterfly over {who} adds the partner's own partial sum at each step, "
+                f"__shfl_xor_sync(..., l[r], offset), where the running sum is due (the output matches each "
+                f"lane ending with its own part and its {len(full)} partners', with key tiles of {tile}): "
+                f"shuffle the value being accumulated, l_row += __shfl_xor_sync(..., l_row, offset)."))
         if layout == "quad":
             # The max's shuffles at offsets 4 and 8 (not 1 and 2): lane t meets the same column pair
             # of the 4 rows g & ~3 .. (g & ~3) + 3, never its quad. Padding rows (q = 0) join in.

@@ -150,6 +150,25 @@ def diagnose(ctx):
             "lane normalises its elements with its own max and sum, and lse is lane 0's): every "
             "__shfl_xor_sync step, offsets 16, 8, 4, 2, 1, must merge the partner's (m, l) into the "
             "lane's own, merge(m, l, m_other, l_other), which updates its first two arguments."))
+    # The streaming loop merging x_row[lane] where x_row[j] is due: lane t merges its first element
+    # once for each of its j, and no other element.
+    R_, n = x.shape
+    if n > 1:
+        lanes_n = min(n, 32)
+        first = x[:, :lanes_n]
+        count = np.array([len(range(t, n, 32)) for t in range(lanes_n)], np.float64)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            m1 = np.max(first, axis=-1, initial=-np.inf)
+            ms = np.where(np.isfinite(m1), m1, 0.0)[:, None]
+            l1 = (count * np.exp(first - ms)).sum(axis=-1)
+            y1 = np.where(l1[:, None] > 0, np.exp((x - ms).astype(np.float32)).astype(np.float64)
+                          / np.where(l1 > 0, l1, 1.0)[:, None], 0.0)     # float32: exp overflows
+            lse1 = np.where(l1 > 0, ms[:, 0] + np.log(np.where(l1 > 0, l1, 1.0)), -np.inf)
+        if matches(ctx, y=y1, lse=lse1):
+            yield Cause("loop_index:stream_lane", (
+                "the streaming loop merges x_row[lane], the lane's first element, where x_row[j] is due "
+                "(the output matches each lane's first element counted once per step of its loop, and no "
+                "other element): merge(m, l, x_row[j], 1)."))
     # y written as exp(x) / l without the max, with l summed against the max.
     # In float32, as the kernel computes it: exp(x) overflows past x = 88.7.
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
