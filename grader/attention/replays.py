@@ -877,6 +877,16 @@ def noncausal_mask_causes(ctx, s, v):
                     f"to kv_end = min(n_k, last_row + (n_k - n_q) + 1), every key of those tiles "
                     f"visible): without causal, kv_end = n_k."))
                 return
+    if n_q < n_k:
+        for bn in tiles(ctx, "BLOCK_N"):
+            end = min(n_k, -(-n_q // bn) * bn)          # kv_end = n_q: whole tiles up to n_q
+            vis = np.broadcast_to(np.arange(n_k)[None, :] < end, (n_q, n_k))
+            if end < n_k and matches(ctx, *attend(s, v, vis)):
+                yield Cause("key_tiles_end:n_q", (
+                    f"the loop over key tiles ends at Nq = {n_q} instead of Nk = {n_k} (the output matches "
+                    f"the key tiles of {bn} up to kv_end = n_q, every key of them visible): without causal, "
+                    "kv_end = n_k."))
+                return
 
 
 def empty_row_causes(ctx):
