@@ -259,8 +259,7 @@ class Runtime:
         """From now on rt.empty() fills each float array with a poison of its own (the grader
         calls this before a case, and sets poison_outputs back to False after it)."""
         self.poison_outputs = True
-        self._poisoned: dict[int, int] = {}       # data address -> its payload's index
-        self._poison_shapes: dict[int, tuple] = {}   # payload index -> (shape, dtype name)
+        self._poisoned: list[tuple[int, tuple, str]] = []   # payload k -> (data address, shape, dtype)
 
     def poison_source(self, a) -> str:
         """The arrays whose poison the elements of `a` hold, in words ("the float32 array of shape
@@ -269,32 +268,28 @@ class Runtime:
         shift = _PAYLOAD_SHIFT.get(a.dtype.itemsize)
         if a.dtype.kind != "f" or shift is None:
             return "another array"
+        made = getattr(self, "_poisoned", [])
         ks = sorted(set(((a.view(f"u{a.dtype.itemsize}")[is_poison(a)] >> shift) & (PAYLOADS - 1)).tolist()))
-        shapes = getattr(self, "_poison_shapes", {})
-        named = [f"the {shapes[k][1]} array of shape {list(shapes[k][0])}" for k in ks if k in shapes]
+        named = [f"the {made[k][2]} array of shape {list(made[k][1])}" for k in ks if k < len(made)]
         return " and ".join(named) if named else "another array"
 
     def poison_index(self, a) -> int | None:
         """Which payload rt.empty() gave the array `a` (its own poison), None if it made no such array."""
-        dt = np.dtype(getattr(a, "dtype", np.float32))
-        if dt.itemsize not in _PAYLOAD_SHIFT:
+        if np.dtype(getattr(a, "dtype", np.float32)).itemsize not in _PAYLOAD_SHIFT:
             return 0
-        return getattr(self, "_poisoned", {}).get(_address(a))
+        where = _address(a)
+        return next((k for k, (addr, _, _) in enumerate(getattr(self, "_poisoned", [])) if addr == where), None)
 
     def empty(self, shape, dtype="float32"):
         if not self.poison_outputs:
             return self.xp.empty(shape, dtype=dtype)
         dt = np.dtype(dtype)
         if dt.kind == "f" and dt.itemsize in POISON_BITS:
-            bits = np.dtype(f"u{dt.itemsize}")
-            made = getattr(self, "_poisoned", None)
-            if made is None:
-                made = self._poisoned = {}
-            k = len(made)
-            out = self.xp.full(shape, poison_bits(dt.itemsize, k), dtype=bits).view(dt)
-            made[_address(out)] = k
-            self._poison_shapes = getattr(self, "_poison_shapes", {})
-            self._poison_shapes[k] = (tuple(np.shape(out)), dt.name)
+            if not hasattr(self, "_poisoned"):      # poison_outputs set without start_poisoning()
+                self._poisoned = []
+            k = len(self._poisoned)
+            out = self.xp.full(shape, poison_bits(dt.itemsize, k), dtype=np.dtype(f"u{dt.itemsize}")).view(dt)
+            self._poisoned.append((_address(out), tuple(np.shape(out)), dt.name))
             return out
         if dt == np.uint16:
             return self.xp.full(shape, BF16_POISON_BITS, dtype=dt)
