@@ -388,6 +388,16 @@ def _parse_value(ctx: _Ctx, tok: str):
     if tok.startswith("{") and tok.endswith("}"):
         inner = tok[1:-1].strip()
         return ("vec", [_parse_value(ctx, t) for t in inner.split(",")] if inner else [])
+    if tok == "_":
+        return ("sink",)
+    if tok.startswith("[") and tok.endswith("]") and "," in tok:
+        # A tensor operand of cp.async.bulk.tensor: [map, {c0, c1, ...}].
+        inner = tok[1:-1].strip()
+        cut = inner.find(",")
+        coords = _parse_value(ctx, inner[cut + 1:].strip())
+        if coords[0] != "vec":
+            raise ctx.err(f"cannot read the tensor operand `{_readable(tok)}`: [map, {{coordinates}}]")
+        return ("tensor", _parse_value(ctx, inner[:cut]), coords[1])
     if tok.startswith("[") and tok.endswith("]"):
         inner = tok[1:-1].replace(" ", "")
         m = re.fullmatch(r"(.+?)(?:([+-])(0x[0-9a-fA-F]+|\d+))?", inner)
@@ -642,6 +652,157 @@ def _setp(ctx, m, ops):
             f"(unsigned)({_src(ctx, ops[2])})")
 
 
+# ---- Hopper (module 10): csrc/emu/hopper.h, csrc/hopper.inc -------------------------------------
+
+def _mbar_init(ctx, m, ops):
+    if len(ops) != 2:
+        raise ctx.err(f"`{_readable(ctx.text)}`: mbarrier.init takes [address], count")
+    return (f"__cudaemu_ptx::mbar_init({_address(ctx, ops[0])}, {_src(ctx, ops[1])}, __FILE__, "
+            "__LINE__)")
+
+
+def _mbar_arrive(ctx, m, ops):
+    expect = bool(m.group(1))
+    if len(ops) != (3 if expect else 2):
+        raise ctx.err(f"`{_readable(ctx.text)}`: mbarrier.arrive{'.expect_tx' if expect else ''} "
+                      f"takes a state register (or _), [address]{', tx-count' if expect else ''}"
+                      " (the emulator does not run the arrive-count operand)")
+    tx = _src(ctx, ops[2]) if expect else "0ull"
+    call = (f"__cudaemu_ptx::mbar_arrive({_address(ctx, ops[1])}, {tx}, {int(expect)}, __FILE__, "
+            "__LINE__)")
+    return call if ops[0][0] == "sink" else f"{_dst(ctx, ops[0])} = {call}"
+
+
+def _mbar_tx(ctx, m, ops):
+    if len(ops) != 2:
+        raise ctx.err(f"`{_readable(ctx.text)}` takes [address], tx-count")
+    complete = int(m.group(1) == "complete_tx")
+    return (f"__cudaemu_ptx::mbar_tx({_address(ctx, ops[0])}, {_src(ctx, ops[1])}, {complete}, "
+            "__FILE__, __LINE__)")
+
+
+def _mbar_wait(ctx, m, ops):
+    if len(ops) not in (3, 4):
+        raise ctx.err(f"`{_readable(ctx.text)}`: mbarrier.{m.group(1)}.parity takes a predicate, "
+                      "[address], parity")
+    return (f"{_dst(ctx, ops[0])} = __cudaemu_ptx::mbar_try_wait({_address(ctx, ops[1])}, "
+            f"{_src(ctx, ops[2])}, __FILE__, __LINE__)")
+
+
+def _tma_load(ctx, m, ops):
+    rank = int(m.group(1))
+    if m.group(2):
+        ops = ops[:-1]   # the cache policy changes nothing here
+    if len(ops) != 3 or ops[1][0] != "tensor":
+        raise ctx.err(f"`{_readable(ctx.text)}`: cp.async.bulk.tensor takes [dst], [map, "
+                      "{coordinates}], [mbarrier]")
+    _, base, coords = ops[1]
+    if len(coords) != rank:
+        raise ctx.err(f"`{_readable(ctx.text)}`: .{rank}d takes {rank} coordinates, the "
+                      f"instruction gives {len(coords)}")
+    cs = [_src(ctx, c) for c in coords] + ["0ull"] * (5 - rank)
+    return (f"__cudaemu_ptx::tma_load({_address(ctx, ops[0])}, {_src(ctx, base)}, {rank}, "
+            f"{', '.join(cs)}, {_address(ctx, ops[2])}, __FILE__, __LINE__)")
+
+
+def _fence_proxy(ctx, m, ops):
+    _no_operands(ctx, ops)
+    return "__cudaemu_ptx::fence_proxy_async()"
+
+
+def _no_op(ctx, m, ops):
+    _no_operands(ctx, ops)
+    return '__asm__ __volatile__("" ::: "memory")'
+
+
+def _named_bar(ctx, m, ops):
+    arrive = m.group(1) == "arrive"
+    if len(ops) not in (1, 2) or (arrive and len(ops) != 2):
+        raise ctx.err(f"`{_readable(ctx.text)}` takes a barrier id{', a thread count' if arrive else ' and optionally a thread count'}")
+    if len(ops) == 1:   # bar.sync id: every thread of the block
+        return (f"(({_src(ctx, ops[0])}) == 0 ? __cudaemu_sync(__FILE__, __LINE__) : "
+                f"__cudaemu_ptx::named_bar({_src(ctx, ops[0])}, blockDim.x * blockDim.y * blockDim.z, "
+                "0, __FILE__, __LINE__))")
+    return (f"__cudaemu_ptx::named_bar({_src(ctx, ops[0])}, {_src(ctx, ops[1])}, {int(arrive)}, "
+            "__FILE__, __LINE__)")
+
+
+def _wgmma_sync(what):
+    def handler(ctx, m, ops):
+        if what in ("WG_WAIT", "WG_SETMAXNREG"):
+            if len(ops) != 1 or ops[0][0] not in ("imm", "op"):
+                raise ctx.err(f"`{_readable(ctx.text)}` takes one number")
+            n = _src(ctx, ops[0])
+        else:
+            _no_operands(ctx, ops)
+            n = "0ull"
+        return f"__cudaemu_ptx::wgmma_sync(__cudaemu_ptx::{what}, {n}, __FILE__, __LINE__)"
+    return handler
+
+
+def _flag(ctx, v, bit: str, what: str) -> str:
+    """A 0/1 (or -1/1 for a scale) immediate of wgmma as a flag of its parameter word."""
+    if v[0] == "imm":
+        if what == "scale":
+            if v[1] not in (1, -1, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF):
+                raise ctx.err(f"`{_readable(ctx.text)}`: imm-scale-a and imm-scale-b are 1 or -1")
+            return bit if v[1] != 1 else "0"
+        if v[1] not in (0, 1):
+            raise ctx.err(f"`{_readable(ctx.text)}`: imm-trans-a and imm-trans-b are 0 or 1")
+        return bit if v[1] else "0"
+    value = f"(long long)(int)({_src(ctx, v)})"
+    return f"(({value}) {'== -1' if what == 'scale' else '!= 0'} ? {bit} : 0)"
+
+
+def _wgmma(ctx, m, ops):
+    n = int(m.group(1))
+    bf16 = m.group(2) == "bf16"
+    if n % 8 or not 8 <= n <= 256:
+        raise ctx.err(f"`{_readable(ctx.text)}`: N is a multiple of 8 from 8 to 256")
+    if len(ops) < 7:
+        raise ctx.err(f"`{_readable(ctx.text)}`: wgmma.mma_async takes d, a, b-desc, scale-d, "
+                      "imm-scale-a, imm-scale-b and the transposes")
+    d = _vec(ctx, ops[0], n // 2, "the accumulators (N / 2 registers)")
+    a_regs = ops[1][0] == "vec"
+    if len(ops) != (7 if a_regs else 8):
+        raise ctx.err(f"`{_readable(ctx.text)}`: with A {'in registers' if a_regs else 'from a descriptor'} "
+                      f"wgmma.mma_async takes {7 if a_regs else 8} operands")
+    for x in d:
+        if x[0] != "op" or not ctx.stmt.operands[x[1]].output:
+            raise ctx.err(f"`{_readable(ctx.text)}`: the emulator needs each accumulator to be an "
+                          'output operand of the asm ("+f" or "=f")')
+    flags = [str(n), "0x200" if bf16 else "0", "0x400" if a_regs else "0",
+             _flag(ctx, ops[4], "0x2000", "scale"), _flag(ctx, ops[5], "0x4000", "scale")]
+    if a_regs:
+        flags.append(_flag(ctx, ops[6], "0x1000", "trans"))
+        av = [f"(uint32_t)({_src(ctx, x)})" for x in _vec(ctx, ops[1], 4, "A (four registers)")]
+        desc_a = "0ull"
+    else:
+        flags += [_flag(ctx, ops[6], "0x800", "trans"), _flag(ctx, ops[7], "0x1000", "trans")]
+        av = ["0u"] * 4
+        desc_a = _src(ctx, ops[1])
+    param = " | ".join(f"({f})" for f in flags)
+    w = "__cudaemu_w"
+    lines = [f"__cudaemu_wgmma_lane {w};", f"{w}.desc_a = {desc_a};", f"{w}.desc_b = {_src(ctx, ops[2])};"]
+    lines += [f"{w}.a[{i}] = {v};" for i, v in enumerate(av)]
+    lines.append(f"{w}.scale_d = ({_src(ctx, ops[3])}) != 0;")
+    for i, x in enumerate(d):
+        lines.append(f"{w}.c[{i}] = (uint32_t)({_op_local(ctx, x[1])}); "
+                     f"{w}.out[{i}] = (float*)(void*)&({ctx.stmt.operands[x[1]].expr});")
+    lines.append(f"__cudaemu_ptx::wgmma({param}, &{w}, __FILE__, __LINE__);")
+    # The accumulators are the tensor cores' until a wgmma.wait_group covers this instruction.
+    lines += [f"{_op_local(ctx, x[1])} = __cudaemu_ptx::UNSET;" for x in d]
+    return "{ " + " ".join(lines) + " }"
+
+
+def _selp(ctx, m, ops):
+    if len(ops) != 4:
+        raise ctx.err(f"`{_readable(ctx.text)}`: selp takes d, a, b, p")
+    return (f"{_dst(ctx, ops[0])} = ({_src(ctx, ops[3])}) ? ({_src(ctx, ops[1])}) & 0xFFFFFFFFull "
+            f": ({_src(ctx, ops[2])}) & 0xFFFFFFFFull")
+
+
+_SH = r"\.shared(?:::cta)?"
 _HANDLERS: list[tuple[re.Pattern, Callable]] = [
     (re.compile(r"mma\.sync\.aligned\.(m16n8k16|m16n8k8)\.row\.col\.f32\.(f16|bf16)\.\2\.f32"), _mma),
     (re.compile(r"ldmatrix\.sync\.aligned\.m8n8\.x([124])(\.trans)?(\.shared(?:::cta)?)?\.b16"),
@@ -659,6 +820,21 @@ _HANDLERS: list[tuple[re.Pattern, Callable]] = [
     (re.compile(r"cvt\.rn\.(f16|bf16)\.f32"), _cvt_narrow),
     (re.compile(r"cvt\.f32\.(f16|bf16)"), _cvt_widen),
     (re.compile(r"setp\.(eq|ne)\.(?:b32|u32|s32)"), _setp),
+    (re.compile(r"selp\.(?:b32|u32|s32)"), _selp),
+    (re.compile(r"mbarrier\.init" + _SH + r"\.b64"), _mbar_init),
+    (re.compile(r"mbarrier\.arrive(\.expect_tx)?(?:\.release\.cta)?" + _SH + r"\.b64"), _mbar_arrive),
+    (re.compile(r"mbarrier\.(expect_tx|complete_tx)(?:\.relaxed\.cta)?" + _SH + r"\.b64"), _mbar_tx),
+    (re.compile(r"mbarrier\.(try_wait|test_wait)\.parity(?:\.acquire\.cta)?" + _SH + r"\.b64"), _mbar_wait),
+    (re.compile(r"cp\.async\.bulk\.tensor\.([1-5])d\.shared::cluster\.global(?:\.tile)?"
+                r"\.mbarrier::complete_tx::bytes(\.L2::cache_hint)?"), _tma_load),
+    (re.compile(r"fence\.proxy\.async(?:\.shared::cta|\.shared::cluster|\.global)?"), _fence_proxy),
+    (re.compile(r"fence\.mbarrier_init\.release\.cluster"), _no_op),
+    (re.compile(r"(?:bar|barrier)\.(sync|arrive)(?:\.aligned)?"), _named_bar),
+    (re.compile(r"wgmma\.fence\.sync\.aligned"), _wgmma_sync("WG_FENCE")),
+    (re.compile(r"wgmma\.commit_group\.sync\.aligned"), _wgmma_sync("WG_COMMIT")),
+    (re.compile(r"wgmma\.wait_group\.sync\.aligned"), _wgmma_sync("WG_WAIT")),
+    (re.compile(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32"), _wgmma_sync("WG_SETMAXNREG")),
+    (re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.(f16|bf16)\.\2"), _wgmma),
 ]
 
 

@@ -25,4 +25,5 @@
 #include "emu/ptx.h"                 // inline PTX: operands, shared addresses, conversions
 #include "emu/mma.h"                 // inline PTX: mma.sync, ldmatrix
 #include "emu/async_copy.h"          // inline PTX: cp.async and its groups
+#include "emu/hopper.h"              // inline PTX: wgmma, mbarriers, TMA, named barriers (sm_90a)
 #include "emu/launch.h"              // the entry points the build appends for each kernel

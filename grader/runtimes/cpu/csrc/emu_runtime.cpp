@@ -208,9 +208,11 @@ static void yield_to_scheduler() {
 }
 
 static void finish_copies(Fiber* f, uint32_t before_group);
+static void hopper_thread_end(Fiber* f);
 
 static void fiber_main() {
   cur_entry(cur_args);
+  hopper_thread_end(cur);
   // A GPU completes a thread's cp.async copies even if it never waits for them.
   finish_copies(cur, UINT32_MAX);
   cur->state = EXITED;
@@ -1039,6 +1041,8 @@ extern "C" HIDDEN void __cudaemu_check_async_pending(const void* p, uint32_t n, 
   }
 }
 
+#include "hopper.inc"
+
 // ---------------------------------------------------------------------------------------------
 // When no fiber can run: release a barrier, or explain why the block is stuck.
 
@@ -1089,6 +1093,9 @@ static int describe_stuck(int nthreads) {
     }
     return -1;
   }
+  // Module 10's instructions: TMA copies still to land, warpgroups, mbarriers, named barriers.
+  int h = hopper_stuck(nthreads, false);
+  if (h != 0) return h;
   // 2. A block barrier.
   const Fiber* first = nullptr;
   int waiting = 0, exited = 0;
@@ -1166,6 +1173,7 @@ static uint64_t splitmix(uint64_t* s) {
 
 static int run_block(int nthreads, const int* perm) {
   block_threads = nthreads;
+  hopper_block_start(nthreads);
   if (pending_used) {
     memset(pending, 0, sizeof *pending * pending_n);
     pending_used = 0;
@@ -1195,6 +1203,10 @@ static int run_block(int nthreads, const int* perm) {
       if (r == 0) return 0;  // all exited
       idle_spins = 0;
     } else if (!progress) {
+      // Only spinning threads ran. Waits on mbarriers: land the TMA copies, or name the hang.
+      int h = hopper_stuck(nthreads, true);
+      if (h < 0) return -1;
+      if (h > 0) { idle_spins = 0; continue; }
       // Only spinning threads ran: they wait for something no thread of this block will do.
       if (++idle_spins > 200000) {
         const Fiber* s = nullptr;
