@@ -20,6 +20,7 @@ IDS = (
     "07_varlen_prefill",
     "08_block_sparse",
     "09_flash_backward",
+    "10_flash_hopper",
 )
 
 

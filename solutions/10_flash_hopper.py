@@ -1,7 +1,7 @@
-"""10 · FlashAttention-3 on Hopper (in progress: the kernel runs on an sm_90 GPU; the CPU emulator,
-the lesson, the stub and the checks come next, docs/design.md says what is done).
+"""10 · FlashAttention-3 on Hopper. Read modules/10_flash_hopper.md, then fill in each TODO.
 
-Module 06's algorithm on Hopper's own machinery. Three warpgroups (4 warps each) share a block:
+Module 06's algorithm on Hopper's own machinery (an sm_90a GPU, or the CPU emulator). Three or four
+warpgroups (4 warps each) share a block:
 
     producer   (warpgroup 0): one thread issues TMA copies of the Q tile and of every K and V tile
                into shared memory, STAGES tiles ahead; each copy completes an mbarrier ("full").
@@ -20,6 +20,8 @@ and the consumers the rest.
 
 Shared memory holds each tile as boxes of 64 features × rows, 128 bytes a row, in the 128-byte
 swizzle that TMA writes and wgmma reads (chunk c of row r at chunk c ^ (r % 8) of its row).
+q [B, H, Nq, d]; k, v [B, Hkv, Nk, d]; float16, or bfloat16 as uint16 bits with dtype='bfloat16';
+o [B, H, Nq, d] in the input type, lse [B, H, Nq] float32.
 """
 import functools
 
@@ -183,6 +185,7 @@ flash_hopper(const __grid_constant__ TensorMap q_map, const __grid_constant__ Te
                 // Tile it goes to stage s. Its previous use (tile it - STAGES) must be released.
                 const int s = it % STAGES;
                 const unsigned phase = (it / STAGES) & 1;
+                // BEGIN SOLUTION TODO(1): wait until stage s is released (its 'empty' barriers, the parity of the previous use), announce the bytes on its 'full' barriers (expect_tx) and issue one TMA copy per 64-feature box of K tile it, then the same for V
                 mbar_wait(k_empty(s), phase ^ 1);
                 mbar_expect_tx(k_full(s), KV_BYTES);
                 for (int c = 0; c < BOXES; ++c)
@@ -193,6 +196,7 @@ flash_hopper(const __grid_constant__ TensorMap q_map, const __grid_constant__ Te
                 for (int c = 0; c < BOXES; ++c)
                     tma_load(smem_addr(v_s + s * KV_BYTES) + c * BLOCK_N * 128, v_map, c * BOX, it * BLOCK_N,
                              b * H_kv + h_kv, v_full(s));
+                // END SOLUTION
             }
         }
         return;
@@ -227,6 +231,7 @@ flash_hopper(const __grid_constant__ TensorMap q_map, const __grid_constant__ Te
     // S = Q K_itᵀ, issued and committed (not waited for).
     auto issue_s = [&](float (&s)[S_TILES][4], int it) {
         const int st = it % STAGES;
+        // BEGIN SOLUTION TODO(2): S = Q K_itᵀ: wait for K tile it (its stage's 'full' barrier and parity), then wgmma_fence, one wgmma per 16 features with descriptors of Q's and K's rows (wgmma_s0 for the first step, wgmma_s after), and wgmma_commit
         mbar_wait(k_full(st), (it / STAGES) & 1);
         const unsigned k_base = smem_addr(k_s + st * KV_BYTES);
         wgmma_fence();
@@ -238,10 +243,12 @@ flash_hopper(const __grid_constant__ TensorMap q_map, const __grid_constant__ Te
             if (kk == 0) wgmma_s0(s, dq, dk); else wgmma_s(s, dq, dk);
         }
         wgmma_commit();
+        // END SOLUTION
     };
     // acc += P V_it, issued and committed.
     auto issue_o = [&](const unsigned (&p)[P_STEPS][4], int it) {
         const int st = it % STAGES;
+        // BEGIN SOLUTION TODO(3): acc += P V_it: wait for V tile it, then wgmma_fence, one wgmma per 16 keys with P's A fragment p[kk] and a descriptor of V's rows read transposed, and wgmma_commit
         mbar_wait(v_full(st), (it / STAGES) & 1);
         const unsigned v_base = smem_addr(v_s + st * KV_BYTES);
         wgmma_fence();
@@ -249,6 +256,7 @@ flash_hopper(const __grid_constant__ TensorMap q_map, const __grid_constant__ Te
         for (int kk = 0; kk < P_STEPS; ++kk)         // keys 16 kk ..: 16 rows of 128 bytes further
             wgmma_o(acc, p[kk], desc(v_base + kk * 16 * 128, BLOCK_N * 128, 1024));
         wgmma_commit();
+        // END SOLUTION
     };
     // The softmax of tile it on S (in place: S becomes P, unrounded), and the row factors alpha.
     auto softmax = [&](float (&s)[S_TILES][4], float (&alpha)[2], int it) {
@@ -315,6 +323,7 @@ flash_hopper(const __grid_constant__ TensorMap q_map, const __grid_constant__ Te
             // S of tile it and P V of tile it - 1 go to the tensor cores together; acc takes the
             // last tile's alpha first (no product is writing it now). The softmax of tile it needs
             // only S; P is overwritten only once P V has read it.
+            // BEGIN SOLUTION TODO(4): one tile of the overlapped loop: on your turn issue S of tile it, rescale acc by the last alpha and issue P V of tile it - 1, pass the turn; wait for S only (one group may stay in flight), release K, run the softmax; wait for P V, release V, turn S into P
             my_turn();
             issue_s(s, it);
             rescale(alpha);
@@ -326,6 +335,7 @@ flash_hopper(const __grid_constant__ TensorMap q_map, const __grid_constant__ Te
             wgmma_wait<0>();                          // P V done
             release(v_empty((it - 1) % STAGES));
             to_p(s, p);
+            // END SOLUTION
         }
         rescale(alpha);
         my_turn();
@@ -336,6 +346,7 @@ flash_hopper(const __grid_constant__ TensorMap q_map, const __grid_constant__ Te
     }
 
     // o = acc / l in the element type, lse = (m + log2 l) · ln 2; a row with no key: 0 and -inf.
+    // BEGIN SOLUTION TODO(5): per row (r = 0: row0, r = 1: row0 + 8), add the quad's 4 parts of l (shuffles, before any if), then for rows i < n_q write o = acc / l in the element type (0 when l = 0) and, from one lane of the quad, lse = (m + log2 l) · ln 2 (-INFINITY when l = 0)
     #pragma unroll
     for (int r = 0; r < 2; ++r) {
         float l_row = l[r];
@@ -352,6 +363,7 @@ flash_hopper(const __grid_constant__ TensorMap q_map, const __grid_constant__ Te
                 lse[(size_t)(b * H + h) * n_q + i] = l_row > 0.0f ? (m[r] + log2f(l_row)) * 0.6931471805599453f : -INFINITY;
         }
     }
+    // END SOLUTION
 }
 """
 

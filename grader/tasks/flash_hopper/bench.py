@@ -1,0 +1,26 @@
+"""Benchmark for 10_flash_hopper: the issue's shapes (d 128 and 64, float16 and bfloat16, full and
+causal, B=2 H=16 N=4096 and B=1 H=16 N=16384) against module 06 (mma.sync) and, where PyTorch is
+importable, torch's FlashAttention-2 and cuDNN backends, on the same inputs in the same run."""
+from ...attention.baselines import attention_flops, torch_sdpa
+from ...attention.lowp_prefill import call
+from ...spec import BenchCase
+
+
+def module_06(b):
+    """The course's own module 06 on the same inputs: FlashAttention-2's design on mma.sync."""
+    return call(b.solution("06_flash_tensor_cores").flash_tc, b.rt, b.inputs, b.params)
+
+
+def _case(name, p):
+    return BenchCase(name, p, flops=attention_flops(p, causal=p["causal"]),
+                     baselines={"module 06 (mma.sync)": module_06,
+                                "torch FlashAttention-2": torch_sdpa("FLASH_ATTENTION"),
+                                "torch cuDNN": torch_sdpa("CUDNN_ATTENTION")})
+
+
+BENCH = [
+    _case(f"{dtype}_{'causal' if causal else 'full'}_B{B}_H16_N{n}_d{d}",
+          dict(B=B, H=16, Hkv=16, Nq=n, Nk=n, d=d, dtype=dtype, causal=causal))
+    for B, n in ((2, 4096), (1, 16384)) for d in (128, 64)
+    for dtype in ("float16", "bfloat16") for causal in (False, True)
+]
