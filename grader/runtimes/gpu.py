@@ -128,6 +128,11 @@ class GpuRuntime(Runtime):
         cupy = self.xp
         code = full_source(source)
         opts = ("-std=c++17",) + tuple(options)
+        arch = next((o.split("=", 1)[1] for o in opts if o.startswith("-arch=sm_") and o.endswith("a")), None)
+        if arch and arch[3:-1] != self.compute_capability:     # sm_90a runs only on sm_90 (H100, H200)
+            raise RuntimeUnavailable(f"this kernel is built for {arch} (wgmma, TMA, setmaxnreg), which only an "
+                                     f"sm_{arch[3:-1]} GPU runs; this GPU, {self.device_name}, is "
+                                     f"sm_{self.compute_capability}. Run it on the CPU emulator: --backend cpu")
         if os.environ.get("GRADER_LINEINFO"):          # set by --sanitize: source lines in reports
             opts += ("-lineinfo",)
         key = (code, opts, tuple(name_expressions or ()))
