@@ -567,11 +567,11 @@ def test_cvta_of_a_global_pointer_and_cp_async_past_an_array(rt):
 REFUSED = {
     "membar": ('extern "C" __global__ void f(float* x) {\n  asm volatile("membar.gl;");\n}\n',
                "membar.gl", 2),
-    "wgmma": ('extern "C" __global__ void f(float* x) {\n  float d = 0.f;\n'
-              '  asm volatile("{\\n"\n'
-              '               "wgmma.fence.sync.aligned;\\n"\n'
-              '               "}\\n" :: "f"(d));\n}\n',
-              "wgmma.fence.sync.aligned", 4),
+    "tcgen05": ('extern "C" __global__ void f(float* x) {\n  float d = 0.f;\n'
+                '  asm volatile("{\\n"\n'
+                '               "tcgen05.fence::before_thread_sync;\\n"\n'
+                '               "}\\n" :: "f"(d));\n}\n',
+                "tcgen05.fence::before_thread_sync", 4),
     "f16acc": ('extern "C" __global__ void f(unsigned* x) {\n  unsigned d[2], a = 0;\n'
                '  asm("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%0,%1}, {%2,%2,%2,%2}, '
                '{%2,%2}, {%2,%2};" : "=r"(d[0]), "=r"(d[1]) : "r"(a));\n}\n',
@@ -608,9 +608,9 @@ def test_rewrite_keeps_every_line_and_reads_the_operand_forms():
     assert "__cudaemu_ptx::mma(2," in lines[3] and "store<4>(&(d[3])" in lines[3]
     assert lines[8].strip().startswith('__asm__ __volatile__("" ::: "memory")')
     with pytest.raises(ValueError) as e:
-        cpu_ptx.rewrite('void f() {\n  asm("cp.async.commit_group;\\n"\n      "bar.sync 0;");\n}\n',
+        cpu_ptx.rewrite('void f() {\n  asm("cp.async.commit_group;\\n"\n      "bar.red.popc.u32 0;");\n}\n',
                         lambda pos: f"k.cu:{pos}")
-    assert "inline PTX `bar.sync 0`" in str(e.value)
+    assert "inline PTX `bar.red.popc.u32 0`" in str(e.value)
 
 
 # ---------------------------------------------------------------------------------------------

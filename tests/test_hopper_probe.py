@@ -181,3 +181,59 @@ def test_probe_on_the_gpu_matches_the_emulator(rt):
     A, B, P = a[0].astype(np.float64), b[0].astype(np.float64), p_matrix().astype(np.float64)
     assert close(d1_g, d1_c, np.abs(A) @ np.abs(B).T).all(), "wgmma (both operands from shared memory)"
     assert close(d2_g, d2_c, np.abs(P) @ np.abs(B)).all(), "wgmma (A from registers, B transposed)"
+
+
+def fault_of(rt, source):
+    from grader.runtimes.base import KernelFault
+    a, b = inputs()
+    mod = rt.compile(source, options=("-arch=sm_90a",))
+    kernel = mod.get_function("probe")
+    kernel.max_dynamic_shared_size_bytes = 20 * 1024
+    with pytest.raises(KernelFault) as e:
+        kernel((1,), (128,), (rt.tensor_map(rt.asarray(a), 64, "float16"), rt.tensor_map(rt.asarray(b), 64, "float16"),
+                              rt.zeros((4096,), "uint16"), rt.zeros((64, 64)), rt.zeros((64, 64))),
+               shared_mem=20 * 1024)
+    return str(e.value)
+
+
+# B's tile rewritten by ordinary stores after TMA filled it (the same values, plus one), then read by wgmma.
+STORES = ("    for (int i = threadIdx.x; i < 4096; i += 128) raw[i] = reinterpret_cast<const unsigned short*>(a_s)[i];\n",
+          "    for (int i = threadIdx.x; i < 4096; i += 128) raw[i] = reinterpret_cast<const unsigned short*>(a_s)[i];\n"
+          "    __syncthreads();\n"
+          "    for (int i = threadIdx.x; i < 4096; i += 128) reinterpret_cast<__half*>(b_s)[i] = __float2half(1.0f);\n"
+          "    @FENCE@__syncthreads();\n")
+
+
+def test_wgmma_reading_ordinary_stores_needs_a_proxy_fence(rt):
+    src = PROBE.replace(*STORES)
+    msg = fault_of(rt, src.replace("@FENCE@", ""))
+    assert "fence.proxy.async" in msg and "ordinary" in msg
+    a, b = inputs()
+    fenced = src.replace("@FENCE@", 'asm volatile("fence.proxy.async.shared::cta;" ::: "memory");\n    ')
+    raw, d1, d2 = run_probe_source(rt, fenced, a, b)
+    A = a[0].astype(np.float64)
+    assert close(d1, A @ np.ones((64, 64)), np.abs(A) @ np.ones((64, 64))).all()
+
+
+def run_probe_source(rt, source, a, b):
+    kernel = rt.compile(source, options=("-arch=sm_90a",)).get_function("probe")
+    kernel.max_dynamic_shared_size_bytes = 20 * 1024
+    raw, d1, d2 = rt.zeros((4096,), "uint16"), rt.zeros((64, 64)), rt.zeros((64, 64))
+    kernel((1,), (128,), (rt.tensor_map(rt.asarray(a), 64, "float16"), rt.tensor_map(rt.asarray(b), 64, "float16"),
+                          raw, d1, d2), shared_mem=20 * 1024)
+    return rt.to_numpy(raw), rt.to_numpy(d1), rt.to_numpy(d2)
+
+
+def test_a_wait_on_the_wrong_parity_reads_a_tile_not_yet_landed(rt):
+    src = PROBE.replace(': "r"(bar), "r"(0) : "memory");\n    for', ': "r"(bar), "r"(1) : "memory");\n    for')
+    src = src.replace("    for (int i = threadIdx.x; i < 4096; i += 128) raw[i]", "    for (int i = threadIdx.x; i < 0; i += 128) raw[i]")
+    msg = fault_of(rt, src)
+    assert "has not written yet" in msg and "mbarrier phase had not completed" in msg
+
+
+def test_a_warpgroup_instruction_reached_by_part_of_the_warpgroup_is_named(rt):
+    src = PROBE.replace('    float d[8][4] = {};\n    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");',
+                        '    float d[8][4] = {};\n    if (threadIdx.x >= 64) return;\n'
+                        '    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");')
+    msg = fault_of(rt, src)
+    assert "threads 0-63 of warpgroup 0 wait in wgmma.fence" in msg and "64-127" in msg and "returned" in msg

@@ -14,7 +14,14 @@ csrc/emu/async_copy.h, emu_runtime.cpp):
     cvt.u32.u64   cvt.u64.u32
     mov.b32 d, {lo, hi}   mov.b32 {lo, hi}, s   mov.{b,u,s}{16,32,64} d, s   (also of %laneid)
     cvt.rn.{f16|bf16}x2.f32 d, a, b (a to the upper half)   cvt.rn.{f16|bf16}.f32   cvt.f32.{f16|bf16}
-    setp.{eq|ne}.{b32|u32|s32} p, a, b   with `.reg` declarations and `@p` / `@!p` guards
+    setp.{eq|ne}.{b32|u32|s32} p, a, b   selp.{b32|u32|s32} d, a, b, p
+                                         with `.reg` declarations and `@p` / `@!p` guards
+    sm_90a (module 10; csrc/emu/hopper.h, csrc/hopper.inc):
+    wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16.f16|bf16.bf16}  {d..}, a-desc|{a0..a3}, b-desc, scale-d, ...
+    wgmma.fence / commit_group / wait_group N .sync.aligned   setmaxnreg.{inc|dec}.sync.aligned.u32 N
+    mbarrier.init / arrive{.expect_tx} / expect_tx / complete_tx / {try,test}_wait.parity .shared::cta.b64
+    cp.async.bulk.tensor.{1..5}d.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [map, {c..}], [bar]
+    fence.proxy.async{.shared::cta}   fence.mbarrier_init.release.cluster   bar.{sync|arrive} id{, count}
     an empty template (a compiler barrier: asm volatile("" ::: "memory"))
 
 Anything else is refused at compile time, naming the instruction and the student's line.
@@ -48,7 +55,11 @@ SUPPORTED = (
     "ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.shared.b16, "
     "cp.async.{ca,cg}.shared.global (4/8/16 bytes, optional src-size), cp.async.commit_group, "
     "cp.async.wait_group N, cp.async.wait_all, cvta.to.shared, cvt.u32.u64, mov.b32 (packing two "
-    "16-bit halves), cvt.rn.{f16,bf16}x2.f32, setp.{eq,ne} with @p guards")
+    "16-bit halves), cvt.rn.{f16,bf16}x2.f32, setp.{eq,ne} and selp with @p guards; for sm_90a: "
+    "wgmma.mma_async m64nNk16 (f16/bf16, f32), wgmma.fence / commit_group / wait_group, "
+    "mbarrier.{init,arrive,arrive.expect_tx,expect_tx,complete_tx,try_wait.parity,test_wait.parity}, "
+    "cp.async.bulk.tensor.Nd (global to shared, mbarrier::complete_tx::bytes), fence.proxy.async, "
+    "fence.mbarrier_init, bar.sync / bar.arrive id, count, setmaxnreg")
 
 
 class AsmError(Exception):
