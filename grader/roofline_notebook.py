@@ -80,7 +80,7 @@ x = np.logspace(-1, 4, 200)
 fig, ax = plt.subplots(figsize=(10, 6.5))
 ax.loglog(x, np.minimum(FP32, x * BW) / 1e12, "k-", lw=1.5, label="roof: FP32 on CUDA cores")
 ax.loglog(x, np.minimum(TENSOR, x * BW) / 1e12, "k--", lw=1.5, label="roof: FP16 on tensor cores")
-colors = plt.cm.tab10(np.arange(10))
+colors = plt.cm.tab20(np.arange(20) % 20)        # one colour per module (up to 20)
 seen = set()
 placed = []        # (intensity, FLOP/s, module) of the solution points drawn so far
 for mod, case, who, ai, fl, pct, limit in points:

@@ -51,4 +51,15 @@ WRONG = [
           expect=('expect_tx',),
           cases=('head_dim_128',),
           backends=('cpu',)),
+    Wrong(EX, 'acc_not_rescaled',
+          'acc keeps its old scale when the running max grows (l is rescaled)',
+          edits=(
+              ('            issue_s(s, it);\n            rescale(alpha);\n',
+               '            issue_s(s, it);                           // BUG: acc is not rescaled by alpha\n'),
+          ),
+          # 06's replay of it reproduces the kernel on some inputs only (it is stated then, silent else).
+          expect=('relative error',),
+          cases=('long',),
+          numeric=True,
+          cause='rescale:acc'),
 ]
