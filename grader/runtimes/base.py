@@ -296,6 +296,33 @@ class Runtime:
         fill = np.nan if dt.kind in "fc" else (np.iinfo(dt).min if dt.kind in "iu" else 0)
         return self.xp.full(shape, fill, dtype=dt)
 
+    # A tensor map as a kernel parameter: 128 opaque bytes, 64-byte aligned (CUtensorMap).
+    TENSOR_MAP = np.dtype([("opaque", np.uint64, 16)], align=True)
+    TMA_BOX_COLS = 64        # features per box: one 128-byte swizzled row of 16-bit elements
+
+    def tma_layout(self, x, box_rows: int, elem: str):
+        """The geometry of tensor_map's map, after the checks cuTensorMapEncodeTiled makes: x [..., n, d]
+        of 16-bit elements, contiguous, seen as [B·H, n, d] -> (base address, dims (d, n, B·H), strides
+        in bytes of dims 1 and 2, box (64, box_rows, 1)), innermost first."""
+        if x.dtype.itemsize != 2 or not x.flags.c_contiguous or x.ndim < 2:
+            raise LaunchError(f"a tensor map needs a contiguous array of 16-bit elements with at least two "
+                              f"dimensions, got {x.dtype} of shape {tuple(x.shape)}"
+                              f"{' (not contiguous)' if not x.flags.c_contiguous else ''}")
+        if elem not in ("float16", "bfloat16"):
+            raise LaunchError(f"a tensor map's element type is float16 or bfloat16, got {elem!r}")
+        *lead, n, d = x.shape
+        bh = int(np.prod(lead)) if lead else 1
+        base = _address(x)
+        strides = (d * 2, n * d * 2)
+        if base % 16 or any(v % 16 for v in strides):
+            raise LaunchError(f"a tensor map needs a 16-byte aligned address and strides that are multiples "
+                              f"of 16 bytes; got rows of {d * 2} bytes")
+        if not 1 <= box_rows <= 256:
+            raise LaunchError(f"a tensor map's box has 1 to 256 elements per dimension, got {box_rows} rows")
+        if min(d, n, bh) < 1:
+            raise LaunchError(f"a tensor map over an empty array {tuple(x.shape)}")
+        return base, (d, n, bh), strides, (self.TMA_BOX_COLS, int(box_rows), 1)
+
     def tensor_map(self, x, box_rows: int, elem: str):
         """A TMA tensor map (module 10) over x [..., n, d] of 16-bit elements, seen as [B·H, n, d]:
         boxes of 64 features × box_rows rows, 128-byte swizzle, zeros past the ends. Returned as the

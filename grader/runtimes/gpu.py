@@ -147,10 +147,6 @@ class GpuRuntime(Runtime):
         module = self._modules[key] = GpuModule(self, raw, parse_signatures(source))
         return module
 
-    # A tensor map as a kernel parameter: 128 opaque bytes, 64-byte aligned (CUtensorMap).
-    TENSOR_MAP = np.dtype([("opaque", np.uint64, 16)], align=True)
-    TMA_BOX_COLS = 64        # features per box: one 128-byte swizzled row of 16-bit elements
-
     def tensor_map(self, x, box_rows: int, elem: str):
         key = (int(x.data.ptr), tuple(x.shape), tuple(x.strides), int(box_rows), elem)
         cached = self._tensor_maps.get(key)
@@ -161,17 +157,12 @@ class GpuRuntime(Runtime):
         except ImportError as e:
             raise RuntimeUnavailable("tensor maps need cuda-bindings (pip install cuda-bindings), "
                                      f"which is not importable here ({e})") from e
-        if x.dtype.itemsize != 2 or not x.flags.c_contiguous:
-            raise LaunchError(f"a tensor map needs a contiguous array of 16-bit elements, got {x.dtype} "
-                              f"{'(not contiguous)' if not x.flags.c_contiguous else ''}")
-        *lead, n, d = x.shape
-        bh = int(np.prod(lead)) if lead else 1
+        base, dims, strides, box = self.tma_layout(x, box_rows, elem)
         kind = (cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 if elem == "bfloat16"
                 else cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16)
         err, tmap = cu.cuTensorMapEncodeTiled(
-            kind, cu.cuuint32_t(3), int(x.data.ptr), [cu.cuuint64_t(v) for v in (d, n, bh)],
-            [cu.cuuint64_t(v) for v in (d * 2, n * d * 2)],
-            [cu.cuuint32_t(v) for v in (self.TMA_BOX_COLS, box_rows, 1)], [cu.cuuint32_t(1)] * 3,
+            kind, cu.cuuint32_t(3), base, [cu.cuuint64_t(v) for v in dims],
+            [cu.cuuint64_t(v) for v in strides], [cu.cuuint32_t(v) for v in box], [cu.cuuint32_t(1)] * 3,
             cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
             cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,

@@ -232,41 +232,21 @@ class CpuRuntime(Runtime):
     def nvrtc_status() -> str:
         return _nvrtc.nvrtc_status()
 
-    # The emulator's tensor map (csrc/hopper_abi.h): 128 bytes, passed by value like CUtensorMap.
-    TENSOR_MAP = np.dtype([("opaque", np.uint64, 16)], align=True)
-    TMA_BOX_COLS = 64
-    _TMAP_MAGIC = 0x50414D524F534E45
+    _TMAP_MAGIC = 0x50414D524F534E45   # csrc/hopper_abi.h's CUDAEMU_TMAP_MAGIC
 
     def tensor_map(self, x, box_rows: int, elem: str):
-        """What cuTensorMapEncodeTiled makes on a GPU, with its argument checks: x [..., n, d] of
-        16-bit elements seen as [B·H, n, d], boxes of 64 features × box_rows rows, the 128-byte
-        swizzle, zeros past the ends."""
-        if not _is_array(x) or x.dtype.itemsize != 2 or not x.flags.c_contiguous or x.ndim < 2:
-            raise LaunchError("a tensor map needs a contiguous array of 16-bit elements with at least "
-                              f"two dimensions, got {getattr(x, 'dtype', type(x).__name__)}"
-                              f"{' of shape ' + str(x.shape) if _is_array(x) else ''}")
-        if elem not in ("float16", "bfloat16"):
-            raise LaunchError(f"a tensor map's element type is float16 or bfloat16, got {elem!r}")
-        *lead, n, d = x.shape
-        bh = int(np.prod(lead)) if lead else 1
-        base = x.__array_interface__["data"][0]
-        box = (self.TMA_BOX_COLS, int(box_rows), 1)
-        strides = (d * 2, n * d * 2)
-        if base % 16 or any(s % 16 for s in strides):
-            raise LaunchError(f"cuTensorMapEncodeTiled needs a 16-byte aligned address and strides that "
-                              f"are multiples of 16 bytes; got rows of {d * 2} bytes")
-        if not 1 <= box_rows <= 256:
-            raise LaunchError(f"a tensor map's box has 1 to 256 elements per dimension, got {box_rows} rows")
-        if d < 1 or n < 1 or bh < 1:
-            raise LaunchError(f"a tensor map over an empty array {tuple(x.shape)}")
+        """The emulator's tensor map (csrc/hopper_abi.h: __cudaemu_tensor_map), what cuTensorMapEncodeTiled
+        makes on a GPU after the same checks: 128 bytes, passed by value like CUtensorMap."""
+        if not _is_array(x):
+            raise LaunchError(f"a tensor map is made over an array, got {type(x).__name__}")
+        base, dims, strides, box = self.tma_layout(x, box_rows, elem)
         words = np.zeros(16, np.uint64)
         words[0], words[1] = self._TMAP_MAGIC, base
-        words[2] = 3 | (2 << 32)                       # rank, element bytes
+        words[2] = len(dims) | (2 << 32)               # rank, element bytes
         words[3] = 128                                 # swizzle span (bytes); pad
-        words[4:7] = (d, n, bh)                        # dims, innermost first (two unused)
-        words[9:11] = strides                          # strides of dims 1 and 2 (two unused)
-        box32 = np.array(box + (0, 0, 0), np.uint32)   # box[5], pad
-        words[13:16] = box32.view(np.uint64)
+        words[4:4 + len(dims)] = dims                  # dims[5], innermost first
+        words[9:9 + len(strides)] = strides            # strides[4] of dims 1 ..
+        words[13:16] = np.array(box + (0,) * (6 - len(box)), np.uint32).view(np.uint64)   # box[5], pad
         out = np.zeros(1, self.TENSOR_MAP)
         out["opaque"][0] = words
         return out[0]

@@ -441,25 +441,40 @@ EXPORT uint64_t cudaemu_take_output(char* dst, uint64_t cap) {
   return n;
 }
 
-extern "C" HIDDEN __attribute__((noreturn)) void __cudaemu_fault(int kind, const char* what,
-                                                                  const char* file, int line) {
-  fault->kind = kind;
-  note_where(file, line);
-  note_thread(cur);
-  set_text("%s", what);
-  // The return addresses on the way here: when the line is in a helper function (an inline-PTX
-  // wrapper, say), Python names the kernel line that called it.
+// The return addresses on the way to the caller, walking saved frame pointers inside the running
+// fiber's stack: when a fault's line is in a helper function (an inline-PTX wrapper, say), Python
+// names the kernel line that called it. Inlined, so the walk starts at the caller's frame; a fault
+// found later (a TMA copy landing, a hang) keeps the frames captured where it began.
+static inline __attribute__((always_inline)) void capture_frames(uint64_t* frames) {
+  memset(frames, 0, 8 * sizeof(uint64_t));
   uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
   uintptr_t lo = (uintptr_t)cur->stack_lo, hi = (uintptr_t)cur->stack_hi;
   for (int i = 0; i < 8; ++i) {
     if (fp < lo || fp + 16 > hi || (fp & 7)) break;
-    fault->frames[i] = ((uint64_t*)fp)[1];
+    frames[i] = ((uint64_t*)fp)[1];
     uintptr_t next = (uintptr_t)((uint64_t*)fp)[0];
     if (next <= fp) break;
     fp = next;
   }
+}
+
+// Ends the running fiber with a fault at file:line, its text already set.
+static __attribute__((noreturn)) void fault_with_frames(int kind, const char* file, int line,
+                                                        const uint64_t* frames) {
+  fault->kind = kind;
+  note_where(file, line);
+  note_thread(cur);
+  memcpy(fault->frames, frames, sizeof fault->frames);
   fault_exit();
   __builtin_unreachable();
+}
+
+extern "C" HIDDEN __attribute__((noreturn)) void __cudaemu_fault(int kind, const char* what,
+                                                                  const char* file, int line) {
+  set_text("%s", what);
+  uint64_t frames[8];
+  capture_frames(frames);
+  fault_with_frames(kind, file, line, frames);
 }
 
 extern "C" HIDDEN void __cudaemu_syncthreads(const char* file, int line) {
