@@ -3,9 +3,10 @@
 Module 06's algorithm on Hopper's own machinery (an sm_90a GPU, or the CPU emulator). Three or four
 warpgroups (4 warps each) share a block:
 
-    producer   (warpgroup 0): one thread issues TMA copies of the Q tile and of every K and V tile
-               into shared memory, STAGES tiles ahead; each copy completes an mbarrier ("full").
-    consumers  (warpgroups 1 .. CONSUMERS): 64 query rows each. Per key tile:
+    producer   (warpgroup 0): one thread issues TMA copies of every K and V tile into shared
+               memory, STAGES tiles ahead; each copy completes an mbarrier ("full").
+    consumers  (warpgroups 1 .. CONSUMERS): 64 query rows each, copied into shared memory once by
+               their own threads (ordinary stores, published to wgmma by fence.proxy.async). Per key tile:
                    S   = Q Kᵀ          wgmma, both operands read from shared memory by the tensor cores
                    P   = exp2(S · scale · log2 e - m'),  m', l, alpha as in 06   (registers)
                    acc = acc · alpha + P V   wgmma, P from registers, V from shared memory
@@ -134,7 +135,7 @@ __device__ __forceinline__ unsigned long long desc(unsigned addr, unsigned leadi
 @WGMMA_HELPERS@
 
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
-flash_hopper(const __grid_constant__ TensorMap q_map, const __grid_constant__ TensorMap k_map,
+flash_hopper(const elem_t* __restrict__ q, const __grid_constant__ TensorMap k_map,
              const __grid_constant__ TensorMap v_map, elem_t* __restrict__ o, float* __restrict__ lse,
              int H, int H_kv, int n_q, int n_k, float scale, int causal)
 {
@@ -146,11 +147,10 @@ flash_hopper(const __grid_constant__ TensorMap q_map, const __grid_constant__ Te
     unsigned char* k_s = q_s + Q_BYTES;                       // STAGES K tiles
     unsigned char* v_s = k_s + STAGES * KV_BYTES;             // STAGES V tiles
     unsigned long long* bars = reinterpret_cast<unsigned long long*>(v_s + STAGES * KV_BYTES);
-    const unsigned q_full = smem_addr(bars);
-    auto k_full = [&](int s) { return smem_addr(bars + 1 + s); };
-    auto k_empty = [&](int s) { return smem_addr(bars + 1 + STAGES + s); };
-    auto v_full = [&](int s) { return smem_addr(bars + 1 + 2 * STAGES + s); };
-    auto v_empty = [&](int s) { return smem_addr(bars + 1 + 3 * STAGES + s); };
+    auto k_full = [&](int s) { return smem_addr(bars + s); };
+    auto k_empty = [&](int s) { return smem_addr(bars + STAGES + s); };
+    auto v_full = [&](int s) { return smem_addr(bars + 2 * STAGES + s); };
+    auto v_empty = [&](int s) { return smem_addr(bars + 3 * STAGES + s); };
 
     // Module 03's tile schedule: the last query tiles (the most keys under a causal mask) first.
     const int q_start = (gridDim.x - 1 - blockIdx.x) * BLOCK_M;
@@ -162,7 +162,6 @@ flash_hopper(const __grid_constant__ TensorMap q_map, const __grid_constant__ Te
     const int n_tiles = kv_end > 0 ? (kv_end + BLOCK_N - 1) / BLOCK_N : 0;
 
     if (threadIdx.x == 0) {
-        mbar_init(q_full, 1);                      // the producer's expect_tx, then the bytes
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(k_full(s), 1);
             mbar_init(v_full(s), 1);
@@ -178,9 +177,6 @@ flash_hopper(const __grid_constant__ TensorMap q_map, const __grid_constant__ Te
         // ---- Producer --------------------------------------------------------------------------
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
         if (threadIdx.x == 0) {
-            mbar_expect_tx(q_full, Q_BYTES);
-            for (int c = 0; c < BOXES; ++c)
-                tma_load(smem_addr(q_s) + c * BLOCK_M * 128, q_map, c * BOX, q_start, b * H + h, q_full);
             for (int it = 0; it < n_tiles; ++it) {
                 // Tile it goes to stage s. Its previous use (tile it - STAGES) must be released.
                 const int s = it % STAGES;
@@ -199,6 +195,10 @@ flash_hopper(const __grid_constant__ TensorMap q_map, const __grid_constant__ Te
     const int row0 = q_start + cw * 64 + warp * 16 + g;    // this lane's rows: row0 and row0 + 8
     const float scale_log2 = scale * 1.4426950408889634f;  // scores in log2 units: exp2 is one MUFU op
     const unsigned q_base = smem_addr(q_s) + cw * 64 * 128;
+
+    // Q is read once per block: this consumer's threads copy its 64 rows themselves, with ordinary
+    // stores, into the layout its descriptors describe (the one TMA gives K and V).
+    // TODO(2): copy this consumer's 64 query rows into q_s at q_base, 16 bytes (8 elements) per copy, in the 128-byte swizzle (chunk c of row r at chunk c ^ (r % 8) of its 128-byte line, one line per 64-feature box), zeros for rows past n_q; then publish the stores to the async proxy (fence.proxy.async) and wait for the warpgroup's 128 threads on named barrier 1 + CONSUMERS + cw
 
     // Ping-pong: the consumers take turns issuing their products. Consumer c waits on named barrier
     // 1 + c for its turn and, once its products are issued, lets the next consumer go (bar.arrive on
@@ -220,12 +220,12 @@ flash_hopper(const __grid_constant__ TensorMap q_map, const __grid_constant__ Te
     // S = Q K_itᵀ, issued and committed (not waited for).
     auto issue_s = [&](float (&s)[S_TILES][4], int it) {
         const int st = it % STAGES;
-        // TODO(2): S = Q K_itᵀ: wait for K tile it (its stage's 'full' barrier and parity), then wgmma_fence, one wgmma per 16 features with descriptors of Q's and K's rows (wgmma_s0 for the first step, wgmma_s after), and wgmma_commit
+        // TODO(3): S = Q K_itᵀ: wait for K tile it (its stage's 'full' barrier and parity), then wgmma_fence, one wgmma per 16 features with descriptors of Q's and K's rows (wgmma_s0 for the first step, wgmma_s after), and wgmma_commit
     };
     // acc += P V_it, issued and committed.
     auto issue_o = [&](const unsigned (&p)[P_STEPS][4], int it) {
         const int st = it % STAGES;
-        // TODO(3): acc += P V_it: wait for V tile it, then wgmma_fence, one wgmma per 16 keys with P's A fragment p[kk] and a descriptor of V's rows read transposed, and wgmma_commit
+        // TODO(4): acc += P V_it: wait for V tile it, then wgmma_fence, one wgmma per 16 keys with P's A fragment p[kk] and a descriptor of V's rows read transposed, and wgmma_commit
     };
     // The softmax of tile it on S (in place: S becomes P, unrounded), and the row factors alpha.
     auto softmax = [&](float (&s)[S_TILES][4], float (&alpha)[2], int it) {
@@ -276,7 +276,6 @@ flash_hopper(const __grid_constant__ TensorMap q_map, const __grid_constant__ Te
             for (int e = 0; e < 4; ++e) acc[j][e] *= alpha[e / 2];
     };
 
-    mbar_wait(q_full, 0);
     if (n_tiles > 0) {
         float s[S_TILES][4];
         unsigned p[P_STEPS][4];
@@ -292,7 +291,7 @@ flash_hopper(const __grid_constant__ TensorMap q_map, const __grid_constant__ Te
             // S of tile it and P V of tile it - 1 go to the tensor cores together; acc takes the
             // last tile's alpha first (no product is writing it now). The softmax of tile it needs
             // only S; P is overwritten only once P V has read it.
-            // TODO(4): one tile of the overlapped loop: on your turn issue S of tile it, rescale acc by the last alpha and issue P V of tile it - 1, pass the turn; wait for S only (one group may stay in flight), release K, run the softmax; wait for P V, release V, turn S into P
+            // TODO(5): one tile of the overlapped loop: on your turn issue S of tile it, rescale acc by the last alpha and issue P V of tile it - 1, pass the turn; wait for S only (one group may stay in flight), release K, run the softmax; wait for P V, release V, turn S into P
         }
         rescale(alpha);
         my_turn();
@@ -303,7 +302,7 @@ flash_hopper(const __grid_constant__ TensorMap q_map, const __grid_constant__ Te
     }
 
     // o = acc / l in the element type, lse = (m + log2 l) · ln 2; a row with no key: 0 and -inf.
-    // TODO(5): per row (r = 0: row0, r = 1: row0 + 8), add the quad's 4 parts of l (shuffles, before any if), then for rows i < n_q write o = acc / l in the element type (0 when l = 0) and, from one lane of the quad, lse = (m + log2 l) · ln 2 (-INFINITY when l = 0)
+    // TODO(6): per row (r = 0: row0, r = 1: row0 + 8), add the quad's 4 parts of l (shuffles, before any if), then for rows i < n_q write o = acc / l in the element type (0 when l = 0) and, from one lane of the quad, lse = (m + log2 l) · ln 2 (-INFINITY when l = 0)
 }
 """
 
@@ -359,7 +358,7 @@ def block_m(d: int) -> int:
 def shared_bytes(d: int) -> int:
     """The Q tile, STAGES K and V tiles, the mbarriers, and 1024 bytes to align the start."""
     cfg = CONFIG[d]
-    return 1024 + block_m(d) * d * 2 + cfg["STAGES"] * 2 * cfg["BLOCK_N"] * d * 2 + 8 * (1 + 4 * cfg["STAGES"])
+    return 1024 + block_m(d) * d * 2 + cfg["STAGES"] * 2 * cfg["BLOCK_N"] * d * 2 + 8 * 4 * cfg["STAGES"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -390,12 +389,11 @@ def flash_hopper(rt, q, k, v, scale, causal=False, dtype=None):
                         f"for uint16 bits); got {q.dtype}, {k.dtype}, {v.dtype} with dtype={dtype!r}")
     cfg = CONFIG[d]
     kernel = _kernel(rt, d, elem, tuple(sorted(cfg.items())))
-    maps = (rt.tensor_map(q, block_m(d), elem), rt.tensor_map(k, cfg["BLOCK_N"], elem),
-            rt.tensor_map(v, cfg["BLOCK_N"], elem))
+    maps = (rt.tensor_map(k, cfg["BLOCK_N"], elem), rt.tensor_map(v, cfg["BLOCK_N"], elem))
     o = rt.empty(q.shape, q.dtype)
     lse = rt.empty((B, H, n_q), "float32")
     grid = ((n_q + block_m(d) - 1) // block_m(d), H, B)
     kernel(grid, (128 * (cfg["CONSUMERS"] + 1),),
-           (*maps, o, lse, rt.int32(H), rt.int32(H_kv), rt.int32(n_q), rt.int32(n_k), rt.float32(scale),
+           (q, *maps, o, lse, rt.int32(H), rt.int32(H_kv), rt.int32(n_q), rt.int32(n_k), rt.float32(scale),
             rt.int32(int(bool(causal)))), shared_mem=shared_bytes(d))
     return o, lse

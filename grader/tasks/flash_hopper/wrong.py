@@ -13,6 +13,15 @@ WRONG = [
           expect=('hangs', 'parity'),
           cases=('tiny',),
           backends=('cpu',)),
+    Wrong(EX, 'q_stores_not_fenced',
+          "the consumers copy Q into shared memory with ordinary stores and no fence.proxy.async before wgmma reads it",
+          edits=(
+              ('    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // wgmma reads through the async proxy\n',
+               ''),
+          ),
+          expect=('fence.proxy.async',),
+          cases=('tiny',),
+          backends=('cpu',)),
     Wrong(EX, 'released_before_wait',
           "a consumer releases the V stage before the wgmma.wait_group that covers the P V reading it",
           edits=(
