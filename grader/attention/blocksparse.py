@@ -340,7 +340,11 @@ def mask_causes(ctx, s, v):
     if p["H"] != p["Hkv"]:
         group = p["H"] // p["Hkv"]
         heads = [h // group for h in range(p["H"])]
-        if hit(visible(bm[:, heads], block, n_q, n_k, causal)):
+        # The kv head's slab with the query heads' batch stride, (b · H + h_kv), or the kv heads' own,
+        # (b · Hkv + h_kv) of the [B · H] slabs.
+        slabs = bm.reshape((-1,) + bm.shape[2:])
+        kv_slab = slabs[[b * p["Hkv"] + h for b in range(p["B"]) for h in heads]].reshape(bm.shape)
+        if hit(visible(bm[:, heads], block, n_q, n_k, causal)) or hit(visible(kv_slab, block, n_q, n_k, causal)):
             yield Cause("block_mask:kv_head", "the block mask is read at the kv head h / (H / Hkv): the mask has one slab per query "
                     "head, [B, H, ...], so index it with h.")
     # Kept bytes compared with 1: everywhere, or only in the per-element test of partial tiles.
@@ -436,6 +440,7 @@ def _strided_reads(bm: np.ndarray, row_stride: int, col_stride: int) -> list[np.
 def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mask=None,
                     count_columns_only: bool = False, element_col_in_tile: bool = False,
                     element_col_block: int | None = None, element_row_stride: int | None = None,
+                    element_row_block: int | None = None,
                     rect_row_block: int | None = None, element_inverted: bool = False,
                     pad: bool = False, kept_last_only: bool = False, rect_cols_short: bool = False,
                     rect_row_start_up: bool = False, scan_first_column: bool = False,
@@ -445,7 +450,8 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
     not (partial), and runs whole otherwise; the causal test applies everywhere. The variants are a
     student's misreadings: the rectangle's bytes read from `class_mask` (another layout), a tile
     called partial only when fewer blocks are kept than it has mask columns, and the per-element
-    test reading the key's column within its tile, or dividing it by `element_col_block`, or stepping
+    test reading the key's column within its tile, or dividing it by `element_col_block` (the query's
+    row by `element_row_block`), or stepping
     from one mask row to the next by `element_row_stride` bytes, or testing for a kept block where a
     dropped one is due (`element_inverted`), and the rectangle's rows found by dividing the tile's
     rows by `rect_row_block` (reads past the whole mask find `pad`, the allocation's padding), the
@@ -484,7 +490,7 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
             partial = (kept < blocks)[..., None, None]
             cols = np.arange(k0, k1) - (k0 if element_col_in_tile else 0)
             # Read as the kernel does, from the head's slab start: a column past the row reads on.
-            at = ((np.arange(q0, q1) // block[0])[:, None] * (element_row_stride or bm.shape[-1])
+            at = ((np.arange(q0, q1) // (element_row_block or block[0]))[:, None] * (element_row_stride or bm.shape[-1])
                   + (cols // (element_col_block or block[1]))[None, :])
             element = np.concatenate([bm.reshape(-1), np.full(at.max() + 1, pad)])[slabs[..., None, None] + at]
             if element_inverted:
@@ -540,6 +546,9 @@ def tile_decision_causes(ctx, s, v):
                   "mask_i[j / mb_cols] != 0, and lets the dropped ones through: s = -INFINITY where the "
                   "byte is 0")]
     if block[0] != block[1]:
+        variants += [("block_mask:element_rows_by_cols", dict(element_row_block=block[1], pad=pad),
+                      "the per-element test finds query row i's mask row as i / mb_cols: it is i / mb_rows")
+                     for pad in (False, True)]
         variants += [("block_mask:rect_rows_by_cols", dict(rect_row_block=block[1], pad=pad),
                       "the rows of a tile's rectangle are found by dividing the tile's rows by mb_cols, "
                       "br0 = q_start / mb_cols: query row i's mask row is i / mb_rows") for pad in (False, True)]

@@ -208,3 +208,55 @@ def operand_layout_causes(ctx, s, v, visible=None):
                 f"block16(np, kk) (the output matches that, with key tiles of {bn}, the blocks past "
                 f"the K tile read from the V tile after it): key block np "
                 "pairs with feature block kk of Q, so it must be rows np, columns kk of the K tile."))
+
+
+# Which element of an accumulator fragment a lane's test reads: element e of an m16n8 tile is row
+# g + 8 (e / 2), key 2t + e % 2. With e / 2 and e % 2 exchanged in the row, in the key, or in both,
+# the elements (g, 2t + 1) and (g + 8, 2t) are tested at each other's coordinates.
+FRAGMENT_MASK_BUGS = (
+    ("mask:fragment_row", True, False, "the row g + 8 · (e % 2), where g + 8 · (e / 2) is element e's row"),
+    ("mask:fragment_key", False, True, "the key 2t + e / 2, where 2t + e % 2 is element e's key"),
+    ("mask:fragment_row_and_key", True, True,
+     "the row g + 8 · (e % 2) and the key 2t + e / 2 (e / 2 and e % 2 exchanged)"),
+)
+
+
+def fragment_mask_visible(n_q: int, n_k: int, block_m: int, block_n: int, row_bug: bool, key_bug: bool):
+    """[n_q, n_k]: what a kernel with 06's masking lets each query see when its mask tests element e
+    at the wrong row and/or key. The kernel visits the key tiles up to its query tile's diagonal and
+    tests only the tiles that straddle it or hold the last, partial key tile."""
+    offset = n_k - n_q
+    i, j = np.arange(n_q)[:, None], np.arange(n_k)[None, :]
+    upper = i % 16 < 8                           # the fragment's rows g (e = 0, 1), not g + 8
+    swapped = (upper & (j % 2 == 1)) | (~upper & (j % 2 == 0))    # elements e = 1 and e = 2
+    step = np.where(upper, 1, -1)
+    i_t = np.where(swapped & row_bug, i + 8 * step, i)
+    j_t = np.where(swapped & key_bug, j - step, j)
+    first = (i // block_m) * block_m
+    last = np.minimum(first + block_m, n_q) - 1
+    tile = (j // block_n) * block_n
+    visited = tile < np.clip(last + offset + 1, 0, n_k)
+    tested = (tile + block_n - 1 > first + offset) | (tile + block_n > n_k)
+    return visited & np.where(tested, (j_t < n_k) & (j_t <= i_t + offset), True)
+
+
+def mask_fragment_causes(ctx, s, v):
+    """A causal mask that tests element e of the accumulator fragment at another element's row or
+    key (06's layout)."""
+    p = ctx.params
+    n_q, n_k = p["Nq"], p["Nk"]
+    truth = replays.R.causal_mask(n_q, n_k)
+    for cid, row_bug, key_bug, what in FRAGMENT_MASK_BUGS:
+        for bm in tiles(ctx, "BLOCK_M"):
+            for bn in tiles(ctx, "BLOCK_N"):
+                vis = fragment_mask_visible(n_q, n_k, bm, bn, row_bug, key_bug)
+                if (getattr(ctx, "probe", None) or not np.array_equal(vis, truth)) and matches(ctx, *attend(s, v, vis)):
+                    yield Cause(cid, (
+                        f"the causal test of element e reads {what} (the output matches that, with tiles "
+                        f"of {bm} queries × {bn} keys): elements (g, 2t + 1) and (g + 8, 2t) are tested "
+                        "at each other's coordinates. Element e of an m16n8 accumulator is row "
+                        "g + 8 · (e / 2), key 2t + e % 2."))
+                    break
+            else:
+                continue
+            break

@@ -16,7 +16,7 @@ import numpy as np
 from ..spec import Cause
 from . import lowp
 from .fragments import rows_padded_to_16
-from .replays import matches, tiles
+from .replays import matches, tile_limits, tiles
 
 
 def _group(lanes: int, offsets) -> np.ndarray:
@@ -29,7 +29,7 @@ def _group(lanes: int, offsets) -> np.ndarray:
 
 def lane_streamed(s, v, tile: int, lanes: int, key_lane, col_lane, max_offsets, sum_offsets,
                   visible=None, p_for_acc=None, guard: bool = True, lse_own_l: bool = False,
-                  max_rows: int = 1):
+                  max_rows: int = 1, row_end=None):
     """(o, lse) of a kernel whose lanes share each row: the tile's max reduced over `max_offsets`
     only, l over `sum_offsets` only (or, as a [lanes, lanes] boolean matrix, over the lanes it
     names for each lane). Each lane exponentiates its own keys against its own max and
@@ -38,7 +38,10 @@ def lane_streamed(s, v, tile: int, lanes: int, key_lane, col_lane, max_offsets, 
     see keys) a lane that has seen no key exponentiates against m = -inf, and o = acc / l unguarded.
     With `lse_own_l`, lse takes lane 0's own l, before its butterfly. With `max_rows`, the tile's
     max also runs over the rows of each group of that many (a shuffle that reaches other rows'
-    lanes: rows past n_q must then be in s, as the kernel's zero-filled rows)."""
+    lanes: rows past n_q must then be in s, as the kernel's zero-filled rows). With `row_end` [Nq],
+    a row's loop stops before the key tile that starts at row_end (a causal kernel's query tile
+    never visits the tiles past its diagonal: a lane whose keys were all masked so far keeps
+    m = -inf there, and a visited tile of masked keys would zero its columns of acc)."""
     s = np.asarray(s, np.float64)
     if visible is not None:
         s = np.where(visible, s, -np.inf)
@@ -64,10 +67,14 @@ def lane_streamed(s, v, tile: int, lanes: int, key_lane, col_lane, max_offsets, 
             m_use = np.where(np.isfinite(m_new), m_new, 0.0) if guard else m_new
             alpha = np.exp(m - m_use)
             p = np.exp((st - m_use[..., owner]).astype(np.float32)).astype(np.float64)
-            l = l * alpha + np.stack([np.where(owner == t, p, 0.0).sum(axis=-1) for t in range(lanes)], -1)
+            l_new = l * alpha + np.stack([np.where(owner == t, p, 0.0).sum(axis=-1) for t in range(lanes)], -1)
             pv = p if p_for_acc is None else p_for_acc(p)
-            acc = acc * alpha[..., col_lane] + pv @ v[..., start:start + tile, :]
-            m = m_new
+            acc_new = acc * alpha[..., col_lane] + pv @ v[..., start:start + tile, :]
+            if row_end is not None:
+                run = (start < np.asarray(row_end))[:, None]
+                m_new, l_new = np.where(run, m_new, m), np.where(run, l_new, l)
+                acc_new = np.where(run, acc_new, acc)
+            m, l, acc = m_new, l_new, acc_new
         l_row = np.stack([l[..., g_sum[t]].sum(axis=-1) for t in range(lanes)], -1)
         l_col = l_row[..., col_lane]
         o = np.where(l_col > 0, acc / np.where(l_col > 0, l_col, 1.0), 0.0) if guard else acc / l_col
@@ -100,10 +107,14 @@ def reduction_causes(ctx, s, v, visible=None, layout: str = "slices"):
     subsets = [c for r in range(len(full)) for c in itertools.combinations(full, r)]
     variants = [(kept, full) for kept in subsets] + [(full, kept) for kept in subsets] + \
                [(kept, kept) for kept in subsets]
-    for tile in tiles(ctx, "BLOCK_N"):
+    n_q = s.shape[-2]
+    causal = bool(ctx.params.get("causal")) and visible is not None
+    for tile, block_m in itertools.product(tiles(ctx, "BLOCK_N"), tiles(ctx, "BLOCK_M") if causal else (None,)):
+        # A causal kernel's query tile stops at the key tile of its last row's diagonal.
+        ends = tile_limits(n_q, n_k, block_m, tile, lambda first, last: last) if causal else None
         for (max_kept, sum_kept), guard in itertools.product(variants, (True, False)):
             o_alt, lse_alt = lane_streamed(s, v, tile, lanes, key_lane, col_lane, max_kept, sum_kept,
-                                           visible, into, guard)
+                                           visible, into, guard, row_end=ends)
             if not matches(ctx, o=into(o_alt) if into else o_alt, lse=lse_alt):
                 continue
             which = [name for name, kept in (("max", max_kept), ("sum", sum_kept)) if kept != full]
@@ -122,17 +133,17 @@ def reduction_causes(ctx, s, v, visible=None, layout: str = "slices"):
         # l's butterfly adding the partner's own partial sum at each step, l[r] where the running
         # l_row is due: lane t ends with its own part and its partners' at each offset, no more.
         direct = np.array([[u == t or (t ^ u) in full for u in range(lanes)] for t in range(lanes)])
-        o_alt, lse_alt = lane_streamed(s, v, tile, lanes, key_lane, col_lane, full, direct, visible, into)
+        o_alt, lse_alt = lane_streamed(s, v, tile, lanes, key_lane, col_lane, full, direct, visible, into,
+                                       row_end=ends)
         if matches(ctx, o=into(o_alt) if into else o_alt, lse=lse_alt):
             yield Cause("reduce:sum_lanes:unaccumulated", (
                 f"the butterfly over {who} adds the partner's own partial sum at each step, "
                 f"__shfl_xor_sync(..., l[r], offset), where the running sum is due (the output matches each "
                 f"lane ending with its own part and its {len(full)} partners', with key tiles of {tile}): "
                 f"shuffle the value being accumulated, l_row += __shfl_xor_sync(..., l_row, offset)."))
-        if layout == "quad":
+        if layout == "quad" and block_m in (None, tiles(ctx, "BLOCK_M")[0]):
             # The max's shuffles at offsets 4 and 8 (not 1 and 2): lane t meets the same column pair
             # of the 4 rows g & ~3 .. (g & ~3) + 3, never its quad. Padding rows (q = 0) join in.
-            n_q = s.shape[-2]
             s_pad, vis_pad = rows_padded_to_16(s, visible)
             o_alt, lse_alt = lane_streamed(s_pad, v, tile, lanes, key_lane, col_lane, (), full, vis_pad, into,
                                            max_rows=4)
@@ -143,7 +154,7 @@ def reduction_causes(ctx, s, v, visible=None, layout: str = "slices"):
                     "lanes of a row are lanes 4g .. 4g + 3, so the offsets are 1 and 2."))
         for guard in (True, False):
             o_alt, lse_alt = lane_streamed(s, v, tile, lanes, key_lane, col_lane, full, full, visible, into,
-                                           guard, lse_own_l=True)
+                                           guard, lse_own_l=True, row_end=ends)
             if matches(ctx, o=into(o_alt) if into else o_alt, lse=lse_alt):
                 yield Cause("lse:lane_l", (
                     "lse is computed from the writing lane's own part of l, before the sum over "

@@ -528,24 +528,33 @@ def batch_causes(ctx, visible=None):
                 "v). Batch entry b = 0 is right, which is why the cases with B = 1 pass."))
 
 
+def q_head_maps(H: int, Hkv: int):
+    """With GQA, the ways of reading query head h's q at another head's index: (cause id, the head
+    read for each h, what it says). Query head h = h_kv · G + g (G = H / Hkv) has its own q."""
+    group = H // Hkv
+    return (
+        ("gqa:q_kv_head", [h // group for h in range(H)],
+         "query head h reads q at the kv head's index, h / (H / Hkv) (the output matches that): "
+         "q's head is h itself, only k and v are shared."),
+        ("gqa:q_first_of_group", [h // group * group for h in range(H)],
+         "every query head of a group reads the group's first query (the output matches that): "
+         "each query head h has its own q."),
+        ("gqa:q_interleaved", [h % group * Hkv + h // group for h in range(H)],
+         f"query head h_kv · G + g reads q of head h_kv + g · Hkv (the output matches that; G = H / Hkv = "
+         f"{group}, Hkv = {Hkv}): the G query heads of kv head h_kv are consecutive, h = h_kv · G + g."))
+
+
 def head_causes(ctx, visible=None):
     """An index that drops the head offset: every head reads head 0's q, or kv head 0's k and v; with
-    GQA, q read at the kv head's index or at the first head of the group."""
+    GQA, q read at another head's index (q_head_maps)."""
     if ctx.params.get("H", 1) < 2:
         return
     q = np.asarray(ctx.inputs["q"])
     H, Hkv = q.shape[1], np.shape(ctx.inputs["k"])[1]
     if H != Hkv:
-        group = H // Hkv
-        for cid, heads, text in (
-                ("gqa:q_kv_head", [h // group for h in range(H)],
-                 "query head h reads q at the kv head's index, h / (H / Hkv) (the output matches that): "
-                 "q's head is h itself, only k and v are shared"),
-                ("gqa:q_first_of_group", [h // group * group for h in range(H)],
-                 "every query head of a group reads the group's first query (the output matches that): "
-                 "each query head h has its own q")):
+        for cid, heads, text in q_head_maps(H, Hkv):
             if matches(ctx, *attend(*scores(dict(ctx.inputs, q=q[:, heads])), visible)):
-                yield Cause(cid, text + ".")
+                yield Cause(cid, text)
     for names in (("q",), ("k", "v")):
         alt = dict(ctx.inputs)
         for x in names:
@@ -626,12 +635,16 @@ def setup_causes(ctx, visible=None):
     if p["H"] != p["Hkv"]:
         for name, mapping in (("h % Hkv", lambda h, H, Hkv: h % Hkv), ("h", lambda h, H, Hkv: min(h, Hkv - 1)),
                               ("0", lambda h, H, Hkv: 0)):
-            s, v = scores(ctx.inputs, kv_head=mapping)
-            if matches(ctx, *attend(s, v, visible)):
-                yield Cause(f"gqa:{name.replace(' ', '')}", (
-                    f"query head h reads the wrong kv head ({name}; the output matches it). With "
-                    f"grouped-query attention, H / Hkv consecutive query heads share one kv head: "
-                    f"h_kv = h / (H / Hkv)."))
+            s_wrong, v_wrong = scores(ctx.inputs, kv_head=mapping)
+            s_right, v_right = scores(ctx.inputs)
+            # k and v are indexed apart (module 00 reads them in two kernels): either may be the wrong one.
+            for reads, s, v in (("", s_wrong, v_wrong), (":k", s_wrong, v_right), (":v", s_right, v_wrong)):
+                if matches(ctx, *attend(s, v, visible)):
+                    which = {"": "k and v", ":k": "k (v's kv head is right)", ":v": "v (k's kv head is right)"}[reads]
+                    yield Cause(f"gqa:{name.replace(' ', '')}{reads}", (
+                        f"query head h reads the wrong kv head of {which}: {name} (the output matches it). "
+                        f"With grouped-query attention, H / Hkv consecutive query heads share one kv head: "
+                        f"h_kv = h / (H / Hkv)."))
     d, given = p["d"], ctx.inputs["scale"]
     wrong = [("scale:none", "no scale", 1.0), ("scale:twice", "scale applied twice", given ** 2),
              ("scale:1/d", "1/d instead of 1/sqrt(d)", 1.0 / d),
@@ -981,13 +994,12 @@ def decode_diagnose(ctx, kv_cache_fn):
             yield Cause(cid, f"every row reads {what} (the output matches that): the index of q is missing "
                              f"its {'batch (b · H · d)' if 'batch' in cid else 'head (h · d)'} term.")
 
-    # GQA: every query head of a group reads the group's first query.
+    # GQA: query head h reads another head's q.
     if p["H"] != p["Hkv"] and live.any():
-        group = p["H"] // p["Hkv"]
-        alt = attend_lens(lens, q=np.ascontiguousarray(q[:, [h // group * group for h in range(p["H"])]]))
-        if alt is not None and matches(ctx, o=alt[0], lse=alt[1]):
-            yield Cause("gqa:q_first_of_group", "every query head of a group reads the group's first query (the "
-                        "output matches that): each query head h has its own q, qv[g] for head kv · GROUP + g.")
+        for cid, heads, text in q_head_maps(p["H"], p["Hkv"]):
+            alt = attend_lens(lens, q=np.ascontiguousarray(q[:, heads]))
+            if alt is not None and matches(ctx, o=alt[0], lse=alt[1]):
+                yield Cause(cid, text)
 
     # One cache read in the other's place: the values from k_cache, or the keys from v_cache.
     if live.any():

@@ -82,10 +82,11 @@ def sequence(inputs, b: int) -> dict:
             "v": unpack(inputs["v"], kb, nk), "scale": inputs["scale"]}
 
 
-def attend(inputs, keys=None, offset=None, causal=None):
+def attend(inputs, keys=None, offset=None, causal=None, values=None):
     """The packed batch's (o [total_q, H, d], lse [H, total_q]) in float64, each sequence's rows
     attending to keys[b] = (k_begin, n_k) of the packed k (its own by default) with the causal
-    diagonal at offset[b] (n_k - n_q by default). The replays pass other key ranges and offsets."""
+    diagonal at offset[b] (n_k - n_q by default), and the values from row values[b] of the packed v
+    (k_begin by default). The replays pass other key ranges, value starts and offsets."""
     q, k, v = (np.asarray(inputs[x], np.float64) for x in ("q", "k", "v"))
     causal = inputs["causal"] if causal is None else causal
     total_q, H, d = q.shape
@@ -98,7 +99,8 @@ def attend(inputs, keys=None, offset=None, causal=None):
         if keys is not None:
             kb, nk = keys(b)
         off = offset(b) if offset is not None else nk - nq
-        kk, vv = k[kb:kb + nk][:, heads], v[kb:kb + nk][:, heads]        # [nk, H, d]
+        vb = values(b) if values is not None else kb
+        kk, vv = k[kb:kb + nk][:, heads], v[vb:vb + nk][:, heads]        # [nk, H, d]
         s = inputs["scale"] * np.einsum("ihd,jhd->hij", q[qb:qb + nq], kk)
         visible = (np.arange(nk)[None, :] <= np.arange(nq)[:, None] + off) if causal else None
         p, lse[:, qb:qb + nq] = R.masked_softmax(s, visible)
@@ -189,6 +191,18 @@ def boundary_causes(ctx):
             yield Cause("varlen:key_offsets", f"the keys of sequence b are found with {what}: the output matches that. With chunked "
                     f"prefill a sequence has n_q != n_k, so its keys have their own offsets: k_begin = "
                     f"cu_seqlens_k[b], n_k = cu_seqlens_k[b + 1] - k_begin.")
+    # k and v found apart, one of them through the query offset (the other right).
+    for name, keys, values in (("k", lambda b: (sp[b][0], sp[b][3]), lambda b: sp[b][2]),
+                               ("v", None, lambda b: sp[b][0])):
+        if any(sp[b][3] and sp[b][0] + sp[b][3] > total_k for b in range(len(sp))) or \
+                all(sp[b][0] == sp[b][2] for b in range(len(sp)) if sp[b][1] and sp[b][3]):
+            continue
+        if replays.matches(ctx, *attend(inputs, keys=keys, values=values)):
+            other = "v" if name == "k" else "k"
+            yield Cause(f"varlen:key_offsets:{name}", f"the rows of {name} of sequence b start at cu_seqlens_q[b], the query "
+                    f"offset, while {other}'s start at cu_seqlens_k[b] (the output matches that). With chunked prefill "
+                    f"a sequence has n_q != n_k, so its keys and values have their own offsets: k_begin = cu_seqlens_k[b] "
+                    f"for both.")
     # The keys from the right start, counted from the query offset: n_k = cu_seqlens_k[b + 1] - q_begin.
     count = lambda b: (sp[b][2], max(0, sp[b][2] + sp[b][3] - sp[b][0]))  # noqa: E731
     if not any(count(b)[1] and count(b)[0] + count(b)[1] > total_k for b in range(len(sp))) and \
