@@ -209,7 +209,11 @@ def recompute_causes(ctx):
                         "forward pass."))
         yield from visited_causes(ctx, full, vis)
         top_left = np.arange(n_k)[None, :] <= np.arange(n_q)[:, None]
-        if n_q != n_k and _replay(ctx, probs=lambda s, lse, v: full(s, lse, top_left)):
+        # In the tiles the kernel visits: with Nq > Nk a key block's loop skips rows that j <= i lets see.
+        seen = [visited(n_q, n_k, bm, bn, lambda k0, off: k0 - off)
+                for bm in tiles(ctx, "BLOCK_M") for bn in tiles(ctx, "BLOCK_N")]
+        if n_q != n_k and any(_replay(ctx, probs=lambda s, lse, v, t=t: full(s, lse, t))
+                              for t in [top_left] + [top_left & x for x in seen if (top_left & ~x).any()]):
             yield Cause("mask:top_left", "the causal mask of the backward pass is aligned top-left (j <= i). It must match the forward "
                     "pass: bottom-right, key j visible to query i iff j <= i + (Nk - Nq).")
     yield from unmasked_p_causes(ctx, _exp_with(lambda s, lse: lse_col(lse)))

@@ -70,6 +70,18 @@ def output_grid_cause(ctx):
             f"o's rows from {tile * -(-n_k // tile)} on were never written, exactly as an output grid of "
             "cdiv(n_k, 16) row blocks leaves them: o has n_q rows, so the grid is (cdiv(d, 16), "
             "cdiv(n_q, 16), B · H)."))
+    # The scores kernel's grid exchanged, (cdiv(n_q, 16), cdiv(n_k, 16)): S is written only for the keys
+    # below 16 · cdiv(n_q, 16) of the rows below 16 · cdiv(n_k, 16); a row with any score unwritten
+    # gets the poison through its softmax, in o and lse alike.
+    row_missed = (np.arange(n_q) >= tile * -(-n_k // tile)) | (n_k > tile * -(-n_q // tile))
+    if replays.unwritten_as(ctx, {"o": np.broadcast_to(row_missed[:, None], (B, H, n_q, d)),
+                                  "lse": np.broadcast_to(row_missed, (B, H, n_q))}):
+        yield Cause("grid:scores_xy_swapped", (
+            "o and lse hold the poison exactly in the rows that a scores grid with x and y exchanged, "
+            "(cdiv(n_q, 16), cdiv(n_k, 16)), leaves with unwritten scores (the rows from "
+            f"{tile * -(-n_k // tile)} on, or every row when n_k = {n_k} > {tile * -(-n_q // tile)}): the "
+            "scores kernel reads blockIdx.x as the key block, so its grid is (cdiv(n_k, 16), cdiv(n_q, 16), "
+            "B · H)."))
     missed = (i >= tile * -(-d // tile)) | (c >= tile * -(-n_q // tile))
     if replays.unwritten_as(ctx, {"o": np.broadcast_to(missed, (B, H, n_q, d))}):
         yield Cause("grid:output_xy_swapped", (

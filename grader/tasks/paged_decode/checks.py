@@ -123,6 +123,22 @@ def diagnose(ctx):
             yield Cause("index_drop:batch:block_table", (
                 "every sequence reads sequence 0's row of the block table (the output matches that): the "
                 "table's index is missing its row term, block_table[b · max_pages + j / page_size]."))
+        # The table's rows found with another dimension as their stride: row b at b · stride.
+        flat = bt.reshape(-1)
+        for name, stride in (("page_size", ps), ("H", p["H"]), ("Hkv", Hkv), ("d", d), ("num_pages", num_pages),
+                             ("B", B), ("max_pages - 1", max_pages - 1), ("max_pages + 1", max_pages + 1)):
+            at = np.arange(B)[:, None] * stride + np.arange(max_pages)[None, :]
+            if B < 2 or stride == max_pages or at.max() >= flat.size:
+                continue
+            table = flat[at]
+            used = np.arange(max_pages)[None, :] < -(-lens[:, None] // ps)
+            if (table[used] < 0).any():
+                continue
+            if _matches(ctx, kp, vp, np.where(used, table, 0).astype(np.int32)):
+                yield Cause(f"index_stride:block_table:{name.replace(' ', '')}", (
+                    f"sequence b reads row b · {name} of the block table (the output matches that): its rows "
+                    f"are max_pages = {max_pages} entries apart, page = block_table[b · max_pages + j / page_size]. "
+                    "Sequence 0 is right, which is why the cases with B = 1 pass."))
         if Hkv > 1 and ps > 1:
             swap = lambda x: np.ascontiguousarray(x.reshape(num_pages, Hkv, ps, d).transpose(0, 2, 1, 3))
             if _matches(ctx, swap(kp), swap(vp), bt):
