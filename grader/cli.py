@@ -1,5 +1,5 @@
 """The `grader` command: list, check, watch, hint, bench, doctor, clean (and `stubs`, `notebooks`, `release`,
-`grade` for instructors).
+`grade`, `autograder` for instructors).
 
 Exit codes: 0 success, 1 a check failed, 2 a usage or environment error.
 """
@@ -167,18 +167,7 @@ class CheckPrinter:
         if first_fail:
             shape = ", ".join(f"{k}={v}" for k, v in first_fail["params"].items())
             print(f"\nFirst failure: {first_fail['name']} ({shape})")
-            for line in first_fail["message"].splitlines():
-                print(f"  {line}")
-            shrunk = first_fail.get("shrunk")
-            if shrunk:
-                small = ", ".join(f"{k}={v}" for k, v in shrunk["params"].items())
-                print(f"\nSmallest failing shape found: {small}")
-                for line in shrunk["message"].splitlines():
-                    print(f"  {line}")
-                print(f"  Replay it: {self.replay} --shape {shrunk['shape']}")
-            else:
-                print(f"\nReplay exactly: {self.replay}" + (f" --case {first_fail['name']}"
-                                                            if first_fail["name"] != "custom" else ""))
+            print("\n".join(failure_lines(first_fail, self.replay)))
             if first_fail.get("plot"):
                 print(f"Picture of the error: {first_fail['plot']}")
         print(totals)
@@ -200,6 +189,23 @@ class CheckPrinter:
         if not_run:
             print(f"\n{'No case' if not self.printed else 'No further case'} was run: fix this and "
                   "check again.")
+
+
+def failure_lines(case: dict, replay: str) -> list[str]:
+    """A failing case's report after its heading: the grader's message, the smallest failing shape
+    found (with its own message) and the command that replays it (`replay`: `grader check ...`
+    with the seed, without --case or --shape)."""
+    lines = [f"  {line}" for line in case["message"].splitlines()]
+    shrunk = case.get("shrunk")
+    if shrunk:
+        small = ", ".join(f"{k}={v}" for k, v in shrunk["params"].items())
+        lines += ["", f"Smallest failing shape found: {small}"]
+        lines += [f"  {line}" for line in shrunk["message"].splitlines()]
+        lines.append(f"  Replay it: {replay} --shape {shrunk['shape']}")
+    else:
+        lines += ["", f"Replay exactly: {replay}" + (f" --case {case['name']}" if case["name"] != "custom"
+                                                     else "")]
+    return lines
 
 
 def print_report(report: dict, ex, rel_file: str, replay: str) -> None:
@@ -469,6 +475,11 @@ def cmd_release(args) -> int:
     return main_release(args.out_dir)
 
 
+def cmd_autograder(args) -> int:
+    from .autograder import cmd_autograder as build
+    return build(args)
+
+
 def version() -> str:
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as installed
@@ -595,6 +606,26 @@ def build_parser() -> argparse.ArgumentParser:
                                        "for students")
     s.add_argument("out_dir", metavar="OUT_DIR", help="a new or empty folder outside the course")
     s.set_defaults(func=cmd_release)
+
+    s = sub.add_parser("autograder", help="(instructors) grade on Gradescope (an autograder zip) or GitHub "
+                                          "Classroom (a student repository with its autograding workflow), "
+                                          "no GPU needed")
+    s.add_argument("platform", choices=("gradescope", "github"))
+    s.add_argument("ids", nargs="+", metavar="ID", help="the modules graded, e.g. 00 01")
+    s.add_argument("--out", required=True,
+                   help="gradescope: the zip to write (FILE.zip); github: a new or empty folder for the "
+                        "template repository (both outside the course)")
+    s.add_argument("--points", metavar="FILE",
+                   help="JSON: points per module, and per case with a visibility (default: 10 to 30 a "
+                        "module, shared by its cases)")
+    s.add_argument("--after-due-date", action="append", metavar="ID:CASE",
+                   help="gradescope: show this case's test only after the due date (repeatable)")
+    s.add_argument("--timeout", type=float, help="seconds allowed per case, as in check (default: 15)")
+    s.add_argument("--seed", type=int, help="the inputs every submission is checked on (default: new)")
+    s.add_argument("--budget", type=float,
+                   help="gradescope: seconds for one whole submission, under the assignment's own "
+                        "autograder timeout (default: 540, for Gradescope's 10 minutes)")
+    s.set_defaults(func=cmd_autograder)
     return p
 
 

@@ -1,4 +1,5 @@
-"""`grader doctor`: what this machine has, which runtime the grader will use, and what to do.
+"""`grader doctor`: where it runs (Colab, Binder, a JupyterHub, GitHub Actions, or locally), what this
+machine has, which runtime the grader will use, and what to do.
 
 It also names the ways a GPU machine goes wrong with CuPy: several CuPy distributions installed at
 once, a CuPy built for a newer CUDA than the driver supports (cudaErrorInsufficientDriver), a GPU that
@@ -135,12 +136,37 @@ def nvidia_smi_cuda() -> tuple[int, int] | None:
     return (int(m[1]), int(m[2])) if m else None
 
 
+# ---- where it runs ------------------------------------------------------------------------------
+
+def where(env=None, modules=None) -> tuple[str, str]:
+    """(where the grader runs, what that means for the course), from the environment variables and
+    the imported modules alone: Google Colab, Binder, a JupyterHub, GitHub Actions, or locally."""
+    env = os.environ if env is None else env
+    modules = sys.modules if modules is None else modules
+    if "google.colab" in modules or env.get("COLAB_RELEASE_TAG") or env.get("COLAB_GPU") is not None:
+        return ("Google Colab", "Runtime > Change runtime type > a GPU runs the kernels natively; without "
+                "one, the CPU emulator runs every exercise. Files you change are lost when the runtime "
+                "ends: download your exercises.")
+    if any(k in env for k in ("BINDER_LAUNCH_HOST", "BINDER_REQUEST", "BINDER_REPO_URL", "BINDER_REF_URL")):
+        return ("Binder (a JupyterHub of BinderHub, CPU only)", "the CPU emulator runs every exercise. "
+                "The session and your changes end when it stops: download your exercises.")
+    if env.get("JUPYTERHUB_API_URL") or env.get("JUPYTERHUB_USER"):
+        user = env.get("JUPYTERHUB_USER")
+        return (f"a JupyterHub{f' (user {user})' if user else ''}", "without a GPU on the hub, the CPU "
+                "emulator runs every exercise; your files stay in your hub's home folder.")
+    if env.get("GITHUB_ACTIONS") == "true":
+        return ("GitHub Actions (GitHub Classroom's autograding runs here)", "CPU only: the emulator.")
+    return ("locally", "")
+
+
 def _cuda_version(v) -> tuple[int, int] | None:
     return (v // 1000, v % 1000 // 10) if v else None
 
 
 def doctor() -> int:
     import numpy
+    place, about = where()
+    print(f"Where       {place}" + (f": {about}" if about else ""))
     print(f"Python      {sys.version.split()[0]} ({platform.machine()}, {platform.system()})")
     print(f"NumPy       {numpy.__version__}")
 

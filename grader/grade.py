@@ -105,6 +105,31 @@ def grader_digest(ex) -> str:
 
 # ---- running one child -------------------------------------------------------------------------
 
+def submission_limit(cases: int, case_timeout: float, shrink: bool = False) -> float:
+    """Seconds one submission's whole check may take: the start-up allowance and, per case, its own
+    limit and the slack around it; with `shrink`, the search for a smaller failing shape too."""
+    from .engine.check import SHRINK_ALLOWANCE
+    return (STARTUP_ALLOWANCE + cases * (case_timeout + PER_CASE_SLACK)
+            + (SHRINK_ALLOWANCE + case_timeout + PER_CASE_SLACK if shrink else 0.0))
+
+
+def check_command(ex_id: str, file: Path, backend: str, seed: int, case_timeout: float,
+                  shrink: bool = False) -> list[str]:
+    """The child that checks one submission: `grader check --json` on its file, with the class's seed."""
+    cmd = [sys.executable, "-m", "grader", "check", ex_id, "--file", str(file), "--json",
+           "--backend", backend, "--seed", str(seed), "--timeout", f"{case_timeout:g}"]
+    return cmd if shrink else [*cmd, "--no-shrink"]
+
+
+def child_env(tmp: Path) -> dict:
+    """The children's environment: the course found wherever they run, and every file they write
+    (temporary files, progress) inside the private folder `tmp`, none in the submissions or the course."""
+    from . import paths
+    return dict(os.environ, GRADER_ROOT=str(paths.course_root()), TMPDIR=str(tmp), TEMP=str(tmp),
+                TMP=str(tmp), GRADER_STATE_DIR=str(tmp / "state"), PYTHONDONTWRITEBYTECODE="1",
+                PYTHONUNBUFFERED="1")
+
+
 def _parents() -> list[tuple[int, int]]:
     """(pid, parent pid) of every process: from /proc, else from `ps` (macOS)."""
     pairs = []
@@ -527,7 +552,7 @@ def _previous_seed(out: Path, ex_id: str) -> int | None:
 
 
 def grade(args) -> int:
-    from . import catalogue, paths
+    from . import catalogue
     from .cli import version
     from .engine.check import DEFAULT_CASE_TIMEOUT, new_seed
     from .engine.runner import select_cases
@@ -556,7 +581,7 @@ def grade(args) -> int:
     jobs = args.jobs or max(1, min(2, os.cpu_count() or 1))
     case_names = [c.name for c in select_cases(ex)]
     case_timeout = args.timeout or DEFAULT_CASE_TIMEOUT.get(backend, 15.0)
-    limit = args.limit or STARTUP_ALLOWANCE + len(case_names) * (case_timeout + PER_CASE_SLACK)
+    limit = args.limit or submission_limit(len(case_names), case_timeout)
     seed = args.seed if args.seed is not None else _previous_seed(out, ex.id)
     seed = seed if seed is not None else new_seed()
     meta = {"exercise": ex.id, "submissions": str(folder), "backend": backend, "seed": seed,
@@ -613,15 +638,10 @@ def grade(args) -> int:
             todo.append((s, digest, key))
 
     tmp = Path(tempfile.mkdtemp(prefix="grader-grade-"))
-    env = dict(os.environ, GRADER_ROOT=str(paths.course_root()), TMPDIR=str(tmp), TEMP=str(tmp),
-               TMP=str(tmp), GRADER_STATE_DIR=str(tmp / "state"), PYTHONDONTWRITEBYTECODE="1",
-               PYTHONUNBUFFERED="1")
-    runner = Runner(tmp, env)
+    runner = Runner(tmp, child_env(tmp))
 
     def one(s: Submission) -> ChildResult:
-        cmd = [sys.executable, "-m", "grader", "check", ex.id, "--file", str(s.file), "--json",
-               "--backend", backend, "--seed", str(seed), "--timeout", f"{case_timeout:g}", "--no-shrink"]
-        return runner.run(cmd, limit)
+        return runner.run(check_command(ex.id, s.file, backend, seed, case_timeout), limit)
 
     def on_term(signum, frame):               # `kill` as Ctrl-C: stop the children, clean up
         raise KeyboardInterrupt

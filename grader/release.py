@@ -215,7 +215,8 @@ def release_readme(text: str) -> str:
     if RELEASE_NOTE.splitlines()[0] not in text:
         text = text.rstrip("\n") + "\n\n" + RELEASE_NOTE
     text = "".join(line for line in text.splitlines(keepends=True)
-                   if not line.startswith(("grader release", "grader stubs", "grader notebooks")))
+                   if not line.startswith(("grader release", "grader stubs", "grader notebooks",
+                                           "grader autograder")))
     return text
 
 

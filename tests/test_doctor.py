@@ -101,3 +101,30 @@ def test_doctor_on_a_gpu_without_cupy(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "driver supports CUDA 13.0" in out and "pip install -e '.[cuda13]'" in out
     assert "Have an NVIDIA GPU?" not in out
+
+
+@pytest.mark.parametrize("env, modules, place", [
+    ({"COLAB_RELEASE_TAG": "release-colab_20261101"}, {}, "Google Colab"),
+    ({}, {"google.colab": object()}, "Google Colab"),
+    ({"BINDER_LAUNCH_HOST": "https://mybinder.org/", "JUPYTERHUB_USER": "x"}, {}, "Binder"),
+    ({"JUPYTERHUB_API_URL": "http://hub:8081/hub/api", "JUPYTERHUB_USER": "ada"}, {}, "a JupyterHub (user ada)"),
+    ({"GITHUB_ACTIONS": "true"}, {}, "GitHub Actions"),
+    ({"HOME": "/home/ada"}, {}, "locally"),
+])
+def test_where_it_runs(env, modules, place):
+    found, about = D.where(env, modules)
+    assert found.startswith(place), found
+    assert ("emulator" in about) == (place != "locally")
+
+
+def test_doctor_says_where_it_runs_first(monkeypatch, capsys):
+    monkeypatch.setenv("JUPYTERHUB_API_URL", "http://hub:8081/hub/api")
+    monkeypatch.setenv("JUPYTERHUB_USER", "ada")
+    for k in ("COLAB_RELEASE_TAG", "COLAB_GPU", "BINDER_LAUNCH_HOST", "BINDER_REQUEST", "BINDER_REPO_URL",
+              "BINDER_REF_URL"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    monkeypatch.setattr(D, "cupy_distributions", lambda: {})
+    monkeypatch.setattr(D, "nvidia_smi_cuda", lambda: None)
+    main(["doctor"])
+    assert capsys.readouterr().out.splitlines()[0].startswith("Where       a JupyterHub (user ada)")

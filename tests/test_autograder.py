@@ -1,0 +1,390 @@
+"""`grader autograder`: the Gradescope zip and the GitHub Classroom template, run end to end as the
+platforms run them (offline, on the CPU emulator), and their results checked against the formats."""
+import io
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from grader import paths
+from grader.autograder import make_plan, split_points
+from grader.autograder.github import step_id
+from grader.autograder.gradescope import module_tests
+from grader.autograder.submission import gather, locate
+from grader.cli import main
+from grader.release import left_out
+from grader.wrong import build, find
+from test_release import holders, solution_only_lines
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = json.loads((Path(__file__).with_name("gradescope_results.schema.json")).read_text())
+EX = "00_naive_attention"
+ENTRY = "def naive_attention(rt, q, k, v, scale):\n"
+SEED = 7
+HIDDEN = "huge_logits"
+
+
+def solution(ex_id=EX) -> str:
+    return paths.committed_text(paths.solution_file(ex_id))
+
+
+def stub(ex_id=EX) -> str:
+    return paths.committed_text(paths.exercise_file(ex_id))
+
+
+def with_first_lines(lines: str) -> str:
+    src = solution()
+    assert src.count(ENTRY) == 1
+    return src.replace(ENTRY, ENTRY + lines)
+
+
+def wrong() -> str:
+    return build(find(EX, "gqa_wrong_head"), solution())
+
+
+def valid(results: dict) -> dict:
+    jsonschema.validate(results, SCHEMA)
+    for t in results.get("tests", []):
+        assert 0 <= t["score"] <= t["max_score"] + 1e-9, t
+        assert t["score"] == (t["max_score"] if t["status"] == "passed" else 0), t
+    return results
+
+
+# ---- Gradescope, end to end ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def gradescope(tmp_path_factory):
+    """The zip, unpacked as Gradescope lays it out (AUTOGRADER_ROOT for /autograder), setup.sh run
+    without its network part. Returns (zip path, autograder root, environment)."""
+    tmp = tmp_path_factory.mktemp("gradescope")
+    out = tmp / "out" / "autograder.zip"
+    assert main(["autograder", "gradescope", "00", "--out", str(out), "--seed", str(SEED), "--timeout", "5",
+                 "--after-due-date", f"00:{HIDDEN}"]) == 0
+    ag = tmp / "autograder"
+    for d in ("source", "submission", "results"):
+        (ag / d).mkdir(parents=True)
+    with zipfile.ZipFile(out) as z:
+        for info in z.infolist():              # as Gradescope does: files with their modes
+            target = ag / "source" / info.filename
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(z.read(info))
+            target.chmod((info.external_attr >> 16) & 0o777 or 0o644)
+    shutil.copy2(ag / "source" / "run_autograder", ag / "run_autograder")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRADER_", "PYTHONPATH"))}
+    env.update(AUTOGRADER_ROOT=str(ag), HOME=str(tmp / "home"), FLASH_AUTOGRADER_SKIP_INSTALL="1",
+               FLASH_AUTOGRADER_PYTHON=sys.executable)
+    setup = subprocess.run(["bash", str(ag / "source" / "setup.sh")], cwd=ag / "source", env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    assert "warm 00_naive_attention: the stub is not implemented" in setup.stdout
+    return out, ag, env
+
+
+def submit(gradescope, files: dict) -> dict:
+    """Run run_autograder on a submission of `files` ({relative path: text or bytes}); results.json."""
+    _, ag, env = gradescope
+    for d in ("submission", "results"):
+        shutil.rmtree(ag / d)
+        (ag / d).mkdir()
+    for rel, content in files.items():
+        p = ag / "submission" / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(content if isinstance(content, bytes) else content.encode())
+    r = subprocess.run([str(ag / "run_autograder")], cwd=ag, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return valid(json.loads((ag / "results" / "results.json").read_text()))
+
+
+def test_the_zip_holds_the_scripts_and_the_release_but_no_solution(gradescope):
+    out, ag, _ = gradescope
+    with zipfile.ZipFile(out) as z:
+        names = z.namelist()
+        modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
+    for name in ("setup.sh", "run_autograder"):
+        assert name in names and modes[name] & stat.S_IXUSR, name
+    assert {"autograder.json", "constraints.txt", "README.md", "course/.course-release",
+            f"course/exercises/{EX}.py", "course/grader/autograder/gradescope.py"} <= set(names)
+    assert not [n for n in names if n.startswith("course/solutions/") or
+                (n.startswith("course/grader/tasks/") and n.endswith("/wrong.py"))]
+    lines = solution_only_lines()
+    assert holders(ROOT / "solutions", lines)              # the check has teeth ...
+    leaked = holders(ag / "source", lines)                  # ... and the zip gives nothing away
+    assert not leaked, "the autograder gives solutions away:\n" + "\n".join(leaked[:20])
+    assert "grader autograder" not in (ag / "source" / "course" / "README.md").read_text()
+    pins = (ag / "source" / "constraints.txt").read_text()
+    for dist in ("numpy", "pytest", "matplotlib"):
+        assert f"\n{dist}==" in pins, dist
+    plan = json.loads((ag / "source" / "autograder.json").read_text())
+    assert plan["seed"] == SEED and [m["id"] for m in plan["modules"]] == [EX]
+    assert (ag / "source" / ".python").read_text().strip() == sys.executable
+    assert list((ag / "kernel-cache" / "cpu").glob("emu-runtime-*.o"))      # setup.sh warmed it
+
+
+def test_the_solution_scores_full(gradescope):
+    r = submit(gradescope, {f"{EX}.py": solution()})
+    assert r["score"] == 10 and all(t["status"] == "passed" for t in r["tests"])
+    assert len(r["tests"]) == len(make_plan(["00"]).modules[0].cases)
+    assert {t["visibility"] for t in r["tests"] if t["name"].endswith(HIDDEN)} == {"after_due_date"}
+    assert "00_naive_attention: " in r["output"] and "all 17 tests pass; 1 more test shown later" in r["output"]
+
+
+def test_the_stub_scores_0_not_implemented(gradescope):
+    r = submit(gradescope, {f"{EX}.py": stub()})
+    assert r["score"] == 0
+    assert all("not implemented yet" in t["output"] for t in r["tests"])
+    assert "not implemented yet" in r["output"]
+
+
+def test_a_wrong_version_scores_partly_with_its_cause(gradescope):
+    r = submit(gradescope, {f"{EX}.py": wrong()})
+    assert 0 < r["score"] < 10
+    failed = [t for t in r["tests"] if t["status"] == "failed"]
+    assert failed and all(t["score"] == 0 for t in failed)
+    first = failed[0]["output"]
+    assert "likely cause: query head h reads the wrong kv head" in first
+    assert "Smallest failing shape found" in first
+    assert f"--seed {SEED} --shape " in first and f"--file {EX}.py" in first
+    assert "tests failed, the first: " + failed[0]["name"].split(": ")[1] in r["output"]
+
+
+def _zip(files: dict) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("upload", ["zip", "renamed"])
+def test_a_zip_or_another_name_is_found(gradescope, upload):
+    files = ({"submission.zip": _zip({"my-course/exercises/00_naive_attention.py": solution(),
+                                      "__MACOSX/my-course/exercises/._00_naive_attention.py": "junk",
+                                      "my-course/notes.txt": "hi"})}
+             if upload == "zip" else {"attempt (2).py": solution()})
+    r = submit(gradescope, files)
+    assert r["score"] == 10, r["output"]
+    shown = "submission.zip: my-course/exercises/00_naive_attention.py" if upload == "zip" else "attempt (2).py"
+    assert f"({shown})" in r["output"]
+
+
+@pytest.mark.parametrize("what, files, words", [
+    ("missing", {"README.txt": "I could not finish"}, "no file for 00_naive_attention in your submission"),
+    ("crash", {f"{EX}.py": with_first_lines("    import os\n    os.abort()\n")}, "died (exit code -6)"),
+    ("hang", {f"{EX}.py": with_first_lines("    while True:\n        pass\n")}, "did not finish within 5 s"),
+    ("compile", {f"{EX}.py": solution().replace("int h_kv = h / (H / H_kv);", "int h_kv = h / (H / H_kv)", 1)},
+     "did not compile"),
+    ("import", {f"{EX}.py": with_first_lines("    return (\n")}, "does not import"),
+])
+def test_a_broken_submission_scores_0_and_says_why(gradescope, what, files, words):
+    r = submit(gradescope, files)
+    assert r["score"] == 0 and r["tests"], what
+    assert words in r["tests"][0]["output"], r["tests"][0]["output"]
+    assert all(t["status"] == "failed" for t in r["tests"])
+
+
+def test_results_json_before_the_checks_and_when_the_time_runs_out():
+    plan = make_plan(["00"], seed=1)
+    m = plan.modules[0]
+    tests, line = module_tests(m, found=object(), row=None, seed=1)     # the budget ran out before it
+    assert all(t["score"] == 0 and "time ran out" in t["output"] for t in tests)
+    assert "0/10 points" in line
+    tests, line = module_tests(m, found=None, row=None, seed=1)
+    assert "upload exercises/00_naive_attention.py" in tests[0]["output"]
+
+
+def test_the_schema_has_teeth():
+    ok = {"score": 1, "tests": [{"name": "a", "score": 1, "max_score": 1, "visibility": "visible"}]}
+    jsonschema.validate(ok, SCHEMA)
+    for bad in ({"score": 1, "tests": [{"name": "a", "score": 1, "visibility": "soon"}]},
+                {"score": 1, "execution_time": -1},
+                {"score": 1, "tests": [], "max_points": 3},
+                {"tests": [{"name": "a", "max_score": 1}]}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, SCHEMA)
+
+
+# ---- points, visibility, usage errors ------------------------------------------------------------
+
+def test_points_split_exactly_and_a_points_file_overrides(tmp_path):
+    assert split_points(10, 18) == [0.55] * 8 + [0.56] * 10 and abs(sum(split_points(10, 18)) - 10) < 1e-9
+    f = tmp_path / "points.json"
+    f.write_text(json.dumps({"00": {"points": 12, "visibility": "after_published",
+                                    "cases": {"tiny": 3, HIDDEN: {"visibility": "hidden"}}}, "01": 4}))
+    plan = make_plan(["00", "01_online_softmax"], points_file=f)
+    m00, m01 = plan.modules
+    cases = {c.name: c for c in m00.cases}
+    assert m00.points == 12 and cases["tiny"].points == 3
+    assert abs(sum(c.points for c in m00.cases) - 12) < 1e-9 and abs(sum(c.points for c in m01.cases) - 4) < 1e-9
+    assert cases[HIDDEN].visibility == "hidden" and cases["tiny"].visibility == "after_published"
+    assert {c.visibility for c in m01.cases} == {"visible"}
+
+
+@pytest.mark.parametrize("points, words", [
+    ({"99": 10}, "unknown exercise"),
+    ({"00": {"cases": {"nope": 1}}}, "has no case 'nope'"),
+    ({"00": -1}, "0 or more"),
+    ({"00": {"points": 2, "cases": {"tiny": 3}}}, "given 3 points, but the module has 2"),
+    ({"00": {"visibility": "soon"}}, "must be one of"),
+    ({"00": {"pionts": 3}}, "unknown keys pionts"),
+    ("not json", "not valid JSON"),
+])
+def test_a_bad_points_file_is_a_usage_error(tmp_path, capsys, points, words):
+    f = tmp_path / "points.json"
+    f.write_text(points if isinstance(points, str) else json.dumps(points))
+    assert main(["autograder", "gradescope", "00", "--points", str(f), "--out", str(tmp_path / "a.zip")]) == 2
+    assert words in capsys.readouterr().err
+    assert not (tmp_path / "a.zip").exists()
+
+
+def test_usage_errors_exit_2(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cases = [
+        (["gradescope", "42", "--out", str(tmp_path / "a.zip")], "unknown exercise '42'"),
+        (["gradescope", "00", "--out", str(tmp_path / "a.tar")], "give the zip file to write"),
+        (["gradescope", "00", "--out", str(blocker / "a.zip")], "cannot write there"),
+        (["gradescope", "00", "--out", str(ROOT / "ag.zip")], "inside the course"),
+        (["gradescope", "00", "--out", str(tmp_path / "a.zip"), "--after-due-date", "00:nope"], "give ID:CASE"),
+        (["gradescope", "00", "--out", str(tmp_path / "a.zip"), "--after-due-date", "01:one_element"],
+         "not among the modules"),
+        (["gradescope", "00", "--out", str(tmp_path / "a.zip"), "--timeout", "0"], "--timeout must be"),
+        (["gradescope", "00", "--points", str(tmp_path / "none.json"), "--out", str(tmp_path / "a.zip")],
+         "cannot read it"),
+        (["github", "00", "--out", str(tmp_path / "repo"), "--after-due-date", "00:tiny"], "Gradescope only"),
+        (["github", "00", "--out", str(blocker)], "not an empty folder"),
+    ]
+    for argv, words in cases:
+        assert main(["autograder", *argv]) == 2, argv
+        assert words in capsys.readouterr().err, argv
+    assert main(["autograder", "gradescope", "00"]) == 2                  # --out is required
+    assert not (ROOT / "ag.zip").exists() and not (tmp_path / "a.zip").exists()
+
+
+def test_finding_a_modules_file(tmp_path):
+    sub, work = tmp_path / "sub", tmp_path / "work"
+    (sub / "old").mkdir(parents=True)
+    (sub / "exercises").mkdir()
+    (sub / "old" / f"{EX}.py").write_text("x = 1\n")
+    (sub / "exercises" / f"{EX}.py").write_text(ENTRY)
+    (sub / "try01.py").write_text("def online_softmax(rt, x):\n    pass\n")
+    (sub / "other.py").write_text("def online_softmax(rt, x):\n    pass\n")
+    (sub / ".hidden.py").write_text(ENTRY)
+    (sub / "evil.zip").write_bytes(_zip({"../escaped.py": ENTRY, "ok/flash.py": "def flash_forward(rt):\n"}))
+    files, notes = gather(sub, work)
+    assert not (tmp_path / "escaped.py").exists() and not notes
+    f = locate(EX, "naive_attention", files)
+    assert f.shown == f"exercises/{EX}.py" and "several files could be 00_naive_attention" in f.note
+    assert locate(EX, "naive_attention", files, stub=ENTRY).shown == f"old/{EX}.py"   # not the stub
+    f = locate("01_online_softmax", "online_softmax", files)
+    assert f.shown == "try01.py" and "other.py" in f.note                    # named after the module
+    assert locate("02_flash_forward", "flash_forward", files).shown == "evil.zip: ok/flash.py"
+    assert locate("03_flash_causal", "flash_causal", files) is None
+    (sub / "broken.zip").write_bytes(b"not a zip")
+    _, notes = gather(sub, tmp_path / "work2")
+    assert notes and "broken.zip could not be unpacked" in notes[0]
+
+
+# ---- GitHub Classroom, its commands run as the runner runs them --------------------------------------
+
+@pytest.fixture(scope="module")
+def github(tmp_path_factory):
+    out = tmp_path_factory.mktemp("github") / "template"
+    assert main(["autograder", "github", "00", "01", "--out", str(out), "--seed", str(SEED), "--timeout", "5"]) == 0
+    flow = yaml.safe_load((out / ".github" / "workflows" / "classroom.yml").read_text())
+    return out, flow
+
+
+def run_workflow(template: Path, flow: dict, tmp_path: Path) -> tuple[float, float, dict]:
+    """Run the command-grader steps as GitHub's runner would (a shell in the checkout, the job's
+    environment, the step's timeout in minutes), after the install step (done here already: this
+    environment has the course's dependencies). (score, max score, {step id: log})."""
+    job = flow["jobs"]["run-autograding-tests"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRADER_", "PYTHONPATH"))}
+    env.update(job.get("env", {}), PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+               PYTHONPATH=str(template), GRADER_ROOT=str(template), HOME=str(tmp_path / "home"))
+    score = total = 0.0
+    logs = {}
+    for step in job["steps"]:
+        if "autograding-command-grader" not in step.get("uses", ""):
+            continue
+        w = step["with"]
+        ok = True
+        for cmd in (w["setup-command"], w["command"]):
+            if cmd:
+                r = subprocess.run(["bash", "-c", cmd], cwd=template, env=env, capture_output=True, text=True,
+                                   timeout=60 * w["timeout"])
+                logs[step["id"]] = r.stdout + r.stderr
+                ok = ok and r.returncode == 0
+        score += w["max-score"] if ok else 0
+        total += w["max-score"]
+    return score, total, logs
+
+
+def test_the_template_is_the_release_with_a_classroom_workflow(github):
+    out, flow = github
+    assert not (out / "solutions").exists() and (out / ".course-release").is_file()
+    job = flow["jobs"]["run-autograding-tests"]
+    steps = job["steps"]
+    graders = [s for s in steps if "autograding-command-grader" in s.get("uses", "")]
+    assert [s["with"]["test-name"] for s in graders] == [EX, "01_online_softmax"]
+    assert [s["id"] for s in graders] == [step_id(EX), step_id("01_online_softmax")]
+    for s in graders:
+        assert s["with"]["command"].startswith(f"grader check {s['with']['test-name']} --backend cpu --json")
+        assert isinstance(s["with"]["timeout"], int) and 1 <= s["with"]["timeout"] <= 60
+    assert [s["with"]["max-score"] for s in graders] == [10, 10]
+    reporter = steps[-1]
+    assert reporter["uses"] == "classroom-resources/autograding-grader-reporter@v1"
+    assert reporter["with"]["runners"].split(",") == [s["id"] for s in graders]
+    assert reporter["env"] == {f"{s['id'].upper()}_RESULTS": f"${{{{steps.{s['id']}.outputs.result}}}}"
+                               for s in graders}
+    install = next(s for s in steps if s.get("name") == "Install the course")["run"]
+    assert "'.[nvrtc]'" in install and (out / ".github" / "classroom" / "constraints.txt").is_file()
+    assert flow["on"] == ["push", "repository_dispatch"]
+    leaked = holders(out, solution_only_lines())
+    assert not leaked, leaked[:5]
+
+
+def test_the_workflow_scores_the_stub_the_solution_and_a_wrong_version(github, tmp_path):
+    out, flow = github
+    ex = out / "exercises"
+    kept = {p.name: p.read_text() for p in ex.glob("0[01]_*.py")}
+    try:
+        score, total, logs = run_workflow(out, flow, tmp_path)          # as the template comes: stubs
+        assert (score, total) == (0, 20)
+        assert "not implemented yet" in logs[step_id(EX)]
+        for i in (EX, "01_online_softmax"):
+            (ex / f"{i}.py").write_text(solution(i))
+        assert run_workflow(out, flow, tmp_path)[:2] == (20, 20)
+        (ex / f"{EX}.py").write_text(wrong())
+        score, total, logs = run_workflow(out, flow, tmp_path)
+        assert (score, total) == (10, 20)
+        report = json.loads(logs[step_id(EX)])
+        assert not report["passed"] and any(c["cause"] == "gqa:h%Hkv" for c in report["cases"])
+    finally:
+        for name, text in kept.items():
+            (ex / name).write_text(text)
+
+
+# ---- the class notebooks on a hub -----------------------------------------------------------------
+
+def test_binder_opens_the_notebooks_on_cpu_machines():
+    b = ROOT / "binder"
+    assert "g++" in (b / "apt.txt").read_text().split()                 # the emulator's compiler
+    post, start = b / "postBuild", b / "start"
+    assert os.access(post, os.X_OK) and os.access(start, os.X_OK)
+    assert '-e ".[nvrtc,notebooks]"' in post.read_text()
+    assert "export GRADER_BACKEND=cpu" in start.read_text() and 'exec "$@"' in start.read_text()
+    assert (b / "runtime.txt").read_text().startswith("python-3.")
+    assert all(left_out(f"binder/{p.name}") is None for p in b.iterdir())      # students' copies keep it
+    readme = (ROOT / "README.md").read_text()
+    for words in ("/v2/gh/", "git-pull?repo=", "grader autograder gradescope", "grader autograder github"):
+        assert words in readme, words
