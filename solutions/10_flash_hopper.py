@@ -210,14 +210,20 @@ flash_hopper(const elem_t* __restrict__ q, const __grid_constant__ TensorMap k_m
     // Q is read once per block: this consumer's threads copy its 64 rows themselves, with ordinary
     // stores, into the layout its descriptors describe (the one TMA gives K and V).
     // BEGIN SOLUTION TODO(2): copy this consumer's 64 query rows into q_s at q_base, 16 bytes (8 elements) per copy, in the 128-byte swizzle (chunk c of row r at chunk c ^ (r % 8) of its 128-byte line, one line per 64-feature box), zeros for rows past n_q; then publish the stores to the async proxy (fence.proxy.async) and wait for the warpgroup's 128 threads on named barrier 1 + CONSUMERS + cw
+    constexpr int Q_CHUNKS = 64 * D / 8 / 128;             // 16-byte chunks per thread: 4 or 8
     const elem_t* q_bh = q + (size_t)(b * H + h) * n_q * D;
-    for (int x = threadIdx.x % 128; x < 64 * D / 8; x += 128) {
-        const int r = x / (D / 8), c = x % (D / 8);        // row r of this consumer, 16-byte chunk c
+    uint4 chunk[Q_CHUNKS];
+    #pragma unroll
+    for (int u = 0; u < Q_CHUNKS; ++u) {                   // every load in flight before any store
+        const int x = threadIdx.x % 128 + 128 * u, r = x / (D / 8), c = x % (D / 8);   // row r, chunk c
         const int i = q_start + cw * 64 + r;
-        const uint4 chunk = i < n_q ? *reinterpret_cast<const uint4*>(q_bh + (size_t)i * D + 8 * c)
-                                    : make_uint4(0, 0, 0, 0);
+        chunk[u] = i < n_q ? *reinterpret_cast<const uint4*>(q_bh + (size_t)i * D + 8 * c) : make_uint4(0, 0, 0, 0);
+    }
+    #pragma unroll
+    for (int u = 0; u < Q_CHUNKS; ++u) {
+        const int x = threadIdx.x % 128 + 128 * u, r = x / (D / 8), c = x % (D / 8);
         *reinterpret_cast<uint4*>(q_s + cw * 64 * 128 + (c / 8) * BLOCK_M * 128 + r * 128
-                                  + ((c % 8) ^ (r % 8)) * 16) = chunk;
+                                  + ((c % 8) ^ (r % 8)) * 16) = chunk[u];
     }
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // wgmma reads through the async proxy
     asm volatile("bar.sync %0, 128;" :: "r"(1 + CONSUMERS + cw) : "memory");   // all 64 rows are in

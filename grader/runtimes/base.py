@@ -111,9 +111,12 @@ def _strip_comments(src: str) -> str:
 
 
 def parse_signatures(source: str) -> dict[str, list[Param]]:
-    """``extern "C" __global__`` kernels and their parameters (templates are not parsed)."""
+    """``extern "C" __global__`` kernels and their parameters (templates are not parsed, nor a
+    parameter list with preprocessor lines in it: its parameters depend on the -D options)."""
     out = {}
     for m in _KERNEL.finditer(_strip_comments(source)):
+        if re.search(r"^\s*#", m.group(2), re.M):
+            continue
         params = []
         for raw in m.group(2).split(","):
             raw = " ".join(_QUALIFIERS.sub(" ", raw).split())
