@@ -440,7 +440,8 @@ def _strided_reads(bm: np.ndarray, row_stride: int, col_stride: int) -> list[np.
 def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mask=None,
                     count_columns_only: bool = False, element_col_in_tile: bool = False,
                     element_col_block: int | None = None, element_row_stride: int | None = None,
-                    element_row_block: int | None = None,
+                    element_row_block: int | None = None, element_col_mod: bool = False,
+                    rect_rows_from_tile: bool = False,
                     rect_row_block: int | None = None, element_inverted: bool = False,
                     pad: bool = False, kept_last_only: bool = False, rect_cols_short: bool = False,
                     rect_row_start_up: bool = False, scan_first_column: bool = False,
@@ -459,7 +460,8 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
     due), the scan of its columns stopping one short (`rect_cols_short`: bc < bc1), or its first row
     rounded up (`rect_row_start_up`: cdiv(q_start, mb_rows)), every column of the scan reading the
     first one (`scan_first_column`: bc0 where bc is due), and a skipped tile ending the loop over
-    key tiles (`skip_breaks`: break where continue is due)."""
+    key tiles (`skip_breaks`: break where continue is due); the element test reading j % mb_cols
+    (`element_col_mod`), and the rectangle's last row from the tile's height (`rect_rows_from_tile`)."""
     class_mask = bm if class_mask is None else class_mask
     tm, tn = tile
     off = n_k - n_q
@@ -472,13 +474,15 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
         r0, r1 = q0 // (rect_row_block or block[0]), (q1 - 1) // (rect_row_block or block[0])
         if rect_row_start_up:
             r0 = cdiv(q0, block[0])
+        if rect_rows_from_tile:     # the rectangle's last row from the tile's height, not its last row
+            r1 = r0 + tm // block[0] - 1
         kv_end = min(n_k, q1 + off) if causal else n_k
         for k0 in range(0, kv_end, tn):
             k1 = min(k0 + tn, n_k)
             c0, c1 = k0 // block[1], (k1 - 1) // block[1]
-            if rect_row_block:      # rows past the head's mask read on, through the flat buffer
+            if rect_row_block or rect_rows_from_tile:   # rows past the head's mask read on, through the flat buffer
                 at = (np.arange(r0, r1 + 1)[:, None] * bm.shape[-1] + np.arange(c0, c1 + 1)[None, :])
-                flat = np.concatenate([class_mask.reshape(-1), np.full(at.max() + 1, pad)])
+                flat = np.concatenate([class_mask.reshape(-1), np.full(at.max(initial=0) + 1, pad)])
                 kept = flat[slabs[..., None, None] + at].sum(axis=(-1, -2))
             elif kept_last_only:
                 kept = (class_mask[..., r1, c1] != 0).astype(int) if r0 <= r1 else np.zeros(bm.shape[:2], int)
@@ -491,7 +495,7 @@ def decided_visible(bm, block, n_q: int, n_k: int, tile, causal: bool, class_mas
             cols = np.arange(k0, k1) - (k0 if element_col_in_tile else 0)
             # Read as the kernel does, from the head's slab start: a column past the row reads on.
             at = ((np.arange(q0, q1) // (element_row_block or block[0]))[:, None] * (element_row_stride or bm.shape[-1])
-                  + (cols // (element_col_block or block[1]))[None, :])
+                  + ((cols % block[1]) if element_col_mod else (cols // (element_col_block or block[1])))[None, :])
             element = np.concatenate([bm.reshape(-1), np.full(at.max() + 1, pad)])[slabs[..., None, None] + at]
             if element_inverted:
                 element = ~element
@@ -541,6 +545,12 @@ def tile_decision_causes(ctx, s, v):
         variants += [("block_mask:element_col_by_rows", dict(element_col_block=block[0], pad=pad),
                       "the per-element test divides the key's index by mb_rows, mask_i[j / mb_rows]: "
                       "key j's mask block is j / mb_cols") for pad in (False, True)]
+    variants += [("block_mask:element_col_mod", dict(element_col_mod=True, pad=pad),
+                  "the per-element test reads the key's mask byte at j % mb_cols, the key's place inside its "
+                  "block: key j's mask block is j / mb_cols") for pad in (False, True)]
+    variants += [("block_mask:rect_rows_from_tile_height", dict(rect_rows_from_tile=True, pad=pad),
+                  "the last mask row of a tile's rectangle is found from the tile's height, br0 + BLOCK_M / "
+                  "mb_rows - 1, not from its last row, q_last / mb_rows") for pad in (False, True)]
     variants += [("block_mask:element_test_inverted", dict(element_inverted=True),
                   "in a partial tile the per-element test masks the keys whose mask block is kept, "
                   "mask_i[j / mb_cols] != 0, and lets the dropped ones through: s = -INFINITY where the "

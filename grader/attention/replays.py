@@ -490,6 +490,22 @@ def output_causes(ctx, s, v, visible=None):
         if matches(ctx, lse=lse_ref - row_max) or matches(ctx, lse=(lse_ref - row_max) / math.log(2.0)):
             yield Cause("lse:no_max", "lse is missing the running max (the output matches log(l) alone): "
                                       "lse = m + log(l), not log(l).")
+        if matches(ctx, lse=2 * row_max - lse_ref):
+            yield Cause("lse:log_inverse", LSE_LOG_INVERSE)
+        # The sum without the max, l = Σ exp(s) (float32: it overflows past 88.7), while P = exp(s - m) / l
+        # and lse = m + log(l).
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            s32 = s_vis.astype(np.float32)
+            l_raw = np.exp(s32).sum(axis=-1, dtype=np.float32)
+            m32 = np.where(np.isfinite(row_max), row_max, 0.0).astype(np.float32)
+            p_alt = np.exp(s32 - m32[..., None]) / l_raw[..., None]       # inf where l underflowed to 0
+            o_alt = np.where(finite, p_alt.astype(np.float64) @ v, 0.0)
+            lse_alt = np.where(np.isfinite(lse_ref), row_max + np.log(l_raw.astype(np.float64)), lse_ref)
+        if np.isfinite(row_max).any() and matches(ctx, o=o_alt, lse=lse_alt):
+            yield Cause("l:unshifted", (
+                "the sum l adds exp(s) without the max, while P = exp(s - m) / l and lse = m + log(l) use it "
+                "(the output matches that: o is the right answer times exp(-m), lse is off by m, and "
+                "exp(s) overflows to inf for scores past 88.7). Sum the same terms as P: l += exp(s - m)."))
         if matches(ctx, lse=row_max) or matches(ctx, lse=row_max / math.log(2.0)):
             yield Cause("lse:max_only", "lse holds only the max m (the output matches it): lse = m + log(l).")
         for alt, what in ((row_max + np.log2(l_row), "m + log2(l), with m in natural-log units"),
@@ -507,6 +523,9 @@ def output_causes(ctx, s, v, visible=None):
                     f"{what}, as (m + log2(l)) · ln 2 without its parentheses would give): convert the "
                     "whole sum, lse = (m + log2(l)) · ln 2."))
 
+
+LSE_LOG_INVERSE = ("lse takes the log of 1/l, m + log(1/l) = m - log(l) (the output matches that): lse = m + "
+                   "log(l), the log of the sum itself.")
 
 BATCH_READS = (("q",), ("k",), ("v",), ("k", "v"), ("q", "k", "v"))
 
@@ -648,6 +667,7 @@ def setup_causes(ctx, visible=None):
     d, given = p["d"], ctx.inputs["scale"]
     wrong = [("scale:none", "no scale", 1.0), ("scale:twice", "scale applied twice", given ** 2),
              ("scale:1/d", "1/d instead of 1/sqrt(d)", 1.0 / d),
+             ("scale:inverse", "the scores divided by the scale, 1/scale", 1.0 / given),
              ("scale:exp2_without_log2e", "scale · ln 2: scores scaled by scale alone, then exponentiated "
               "with exp2, which needs scale · log2(e)", given * math.log(2.0)),
              ("scale:exp_with_log2e", "scale · log2(e): scores scaled for exp2, then exponentiated with "
@@ -1172,6 +1192,23 @@ def split_causes(ctx, kv_cache_fn):
                     f"used = context_lens[b] / chunk, rounded down, with {split_words(chunk, lens)}): a "
                     "context shorter than one split counts none. The splits that hold keys are "
                     "cdiv(context_lens[b], chunk)."))
+        if (several or probe) and not {"combine:no_division", "combine:divides_by_used"} & named:
+            # The combine's normaliser: o = sum_s w_s o_s without dividing by sum_s w_s, or divided by
+            # the count of used splits instead (w_s = exp(lse_s - lse_max)).
+            with np.errstate(invalid="ignore"):
+                top = np.max(lse_part, axis=-1)
+                w = np.where(np.isfinite(lse_part), np.exp(lse_part - np.where(np.isfinite(top), top, 0.0)[..., None]), 0.0)
+            total = w.sum(axis=-1)
+            used = np.maximum(-(-lens // chunk), 1)[:, None]
+            for cid, factor, what in (("combine:no_division", total, "without dividing by the sum of the weights"),
+                                      ("combine:divides_by_used", total / used,
+                                       "divided by the number of splits that hold keys, not by the sum of the weights")):
+                if matches(ctx, o=ctx.ref["o"] * factor[..., None]):
+                    named.add(cid)
+                    yield Cause(cid, (
+                        f"the combine's o is sum_s w_s · o_s {what} (the output matches that, with "
+                        f"{split_words(chunk, lens)}): w_s = exp(lse_s - lse_max), o = sum_s w_s · o_s / "
+                        "sum_s w_s."))
         if (several or probe) and "combine:lse_no_max" not in named:
             with np.errstate(invalid="ignore"):
                 top = np.max(lse_part, axis=-1)

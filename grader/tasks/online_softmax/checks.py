@@ -5,7 +5,7 @@ import itertools
 
 import numpy as np
 
-from ...attention import references as R, weights
+from ...attention import references as R, replays, weights
 from ...spec import F32, Case, Cause
 
 CASES = [
@@ -259,6 +259,8 @@ def diagnose(ctx):
                                 "ln 2 when m and l come from exp2, or m + log(l) with expf.")
     if matches(ctx, lse=lse_ref - row_max) or matches(ctx, lse=(lse_ref - row_max) / np.log(2.0)):
         yield Cause("lse:no_max", "lse is missing the max (the output matches log(l) alone): lse = m + log(l).")
+    if matches(ctx, lse=2 * row_max - lse_ref):
+        yield Cause("lse:log_inverse", replays.LSE_LOG_INVERSE)
     yield from weights.softmax_rows_observation(ctx, x)
 
 
