@@ -332,6 +332,24 @@ def delta_causes(ctx):
                 f"D sums only part of its row: the output matches D_i = sum of dO ∘ O over the lanes c "
                 f"with c mod {step} = 0, what lane 0 holds when the butterfly stops before stride "
                 f"{step // 2}. Run the __shfl_xor_sync butterfly down to stride 1 (16, 8, 4, 2, 1)."))
+    # A butterfly that assigns, acc = shfl(acc, stride), where acc += is due: lane t ends with the
+    # partial sum of lane t ^ 31 alone (the features c with c mod 32 = 31 for lane 0).
+    part = (np.arange(d_feat) % 32) == 31
+    if _replay(ctx, delta=lambda p, dp, do, o, b, h, part=part: (do * o)[:, part].sum(axis=-1)):
+        yield Cause("D:butterfly_assigns", (
+            "D holds one lane's partial sum only: the output matches lane 0 ending with lane 31's (the features "
+            "c with c mod 32 = 31), what a butterfly that assigns, acc = __shfl_xor_sync(.., acc, stride), leaves "
+            "it. Each step adds the partner's value: acc += __shfl_xor_sync(.., acc, stride)."))
+    # dS without its factor P: dS = dP - D, in every pair the kernel visits (masked ones too).
+    vis = visible_of(ctx.inputs)
+    n_k = np.asarray(ctx.inputs["k"]).shape[2]
+    seen_all = [None] if vis is None else [
+        visited(n_q, n_k, bm, bn, lambda k0, off: k0 - off) for bm in tiles(ctx, "BLOCK_M") for bn in tiles(ctx, "BLOCK_N")]
+    for seen in seen_all:
+        if _replay(ctx, ds_of=lambda p, dp, D, seen=seen: (dp - D) if seen is None else np.where(seen, dp - D, 0.0)):
+            yield Cause("dS:no_p", "dS is dP - D, without the factor P (the output matches that): the softmax's Jacobian "
+                        "gives dS = P ∘ (dP - D), each element times its own P.")
+            break
     if _replay(ctx, delta=lambda p, dp, do, o, b, h: dp.sum(axis=-1)):
         yield Cause("D:plain_rowsum", "D is the plain row sum of dP = dO V^T. It is the P-weighted sum, D_i = sum_j P_ij dP_ij, "
                 "which equals rowsum(dO ∘ O) since O = P V.")

@@ -16,7 +16,7 @@ import numpy as np
 from ..spec import Cause
 from . import lowp
 from .fragments import rows_padded_to_16
-from .replays import matches, tile_limits, tiles
+from .replays import is_causal, matches, tile_limits, tiles
 
 
 def _group(lanes: int, offsets) -> np.ndarray:
@@ -108,7 +108,7 @@ def reduction_causes(ctx, s, v, visible=None, layout: str = "slices"):
     variants = [(kept, full) for kept in subsets] + [(full, kept) for kept in subsets] + \
                [(kept, kept) for kept in subsets]
     n_q = s.shape[-2]
-    causal = bool(ctx.params.get("causal")) and visible is not None
+    causal = is_causal(visible)
     for tile, block_m in itertools.product(tiles(ctx, "BLOCK_N"), tiles(ctx, "BLOCK_M") if causal else (None,)):
         # A causal kernel's query tile stops at the key tile of its last row's diagonal.
         ends = tile_limits(n_q, n_k, block_m, tile, lambda first, last: last) if causal else None

@@ -66,7 +66,7 @@ def attend(s, v, visible=None):
 
 
 def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_max=False, first_zero=False,
-             p_for_acc=None, guard_tile=False):
+             p_for_acc=None, guard_tile=False, m_floor=None, row_end=None):
     """The online softmax over key tiles, as a kernel runs it, with the rescale optionally left out
     (rescale_acc may also be a mask over acc's columns: those rescaled, or a function of alpha giving
     each element's factor; rescale_l="after": l rescaled after this tile's sum is added), or
@@ -74,7 +74,9 @@ def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_m
     taken against the max before the tile (0 before the first), or (first_zero) a row's first tile
     with a visible key taken against 0 instead of its max. p_for_acc(p) is the P the second product
     reads (rounded to the input type, or rearranged), where l sums p itself. guard_tile: the guard
-    for an empty state tests the tile's own max, m_use = 0 whenever the tile has no visible key."""
+    for an empty state tests the tile's own max, m_use = 0 whenever the tile has no visible key.
+    m_floor: m_use = max(m_new, m_floor) (a floor on the shift). row_end [Nq]: a row's loop stops
+    before the key tile that starts there (a causal query tile's last tile)."""
     if visible is not None:
         s = np.where(visible, s, -np.inf)
     shape = s.shape[:-1]
@@ -87,6 +89,8 @@ def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_m
             m_use = np.where(np.isfinite(st.max(axis=-1) if guard_tile else m_new), m_new, 0.0)
             if guard_tile:
                 m_use = np.where(np.isfinite(m_use), m_use, 0.0)
+            if m_floor is not None:
+                m_use = np.maximum(m_use, m_floor)
             alpha = np.exp((m - m_use).astype(np.float32)).astype(np.float64)   # float32, as the kernel
             shift = np.where(np.isfinite(m), m, 0.0) if stale_max else m_use
             if first_zero:
@@ -95,13 +99,16 @@ def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_m
             # (or overflows to inf) there, and that is what a bug with the wrong shift gives.
             p = np.exp((st - shift[..., None]).astype(np.float32)).astype(np.float64)
             if rescale_l == "after":
-                l = (l + p.sum(axis=-1)) * alpha
+                l_new = (l + p.sum(axis=-1)) * alpha
             else:
-                l = (l * alpha if rescale_l else l) + p.sum(axis=-1)
+                l_new = (l * alpha if rescale_l else l) + p.sum(axis=-1)
             factor = rescale_acc(alpha) if callable(rescale_acc) else np.where(rescale_acc, alpha[..., None], 1.0)
             pv = p if p_for_acc is None else p_for_acc(p)
-            acc = acc * factor + pv @ v[..., start:start + tile, :]
-            m = m_new
+            acc_new = acc * factor + pv @ v[..., start:start + tile, :]
+            if row_end is not None:
+                run = start < np.asarray(row_end)
+                m_new, l_new, acc_new = np.where(run, m_new, m), np.where(run, l_new, l), np.where(run[:, None], acc_new, acc)
+            m, l, acc = m_new, l_new, acc_new
         o = np.where(l[..., None] > 0, acc / np.where(l > 0, l, 1.0)[..., None], 0.0)
         lse = np.where(l > 0, m + np.log(np.where(l > 0, l, 1.0)), -np.inf)
     return o, lse
@@ -286,6 +293,15 @@ def early_return_causes(ctx):
                 "store; a row with no visible key still stores o = 0 and lse = -INFINITY."))
 
 
+def is_causal(visible) -> bool:
+    """Is this visibility [.., Nq, Nk] the bottom-right causal mask (a causal kernel's, whose query
+    tiles stop at their diagonal's key tile)?"""
+    if visible is None:
+        return False
+    visible = np.asarray(visible, bool)
+    return np.array_equal(visible, R.causal_mask(*visible.shape[-2:]))
+
+
 def tile_bug_causes(ctx, s, v, visible=None):
     """Bugs of the streaming loop: the rescale and the bounds mask of the last, partial key tile."""
     n_k = s.shape[-1]
@@ -303,6 +319,16 @@ def tile_bug_causes(ctx, s, v, visible=None):
                 "output matches that): the guard for an empty state must test the new max, m_use = "
                 "(m_new == -INFINITY) ? 0 : m_new, not the old one, which is -INFINITY before every "
                 "row's first visible key."))
+        causal = is_causal(visible)
+        for block_m in tiles(ctx, "BLOCK_M") if causal else (None,):
+            ends = tile_limits(s.shape[-2], n_k, block_m, tile, lambda first, last: last) if causal else None
+            if matches(ctx, *streamed(s, v, tile, visible=visible, m_floor=0.0, row_end=ends)):
+                yield Cause("softmax:m_use_floor_zero", (
+                    f"the shift is never below 0, m_use = max(m_new, 0), while alpha and lse use the max "
+                    f"itself (the output matches that, with key tiles of {tile}): a row whose max is negative "
+                    "gets l and acc against 0 but lse against m. Only a row with no visible key yet needs "
+                    "another shift: m_use = (m_new == -INFINITY) ? 0 : m_new."))
+                break
         if matches(ctx, *streamed(s, v, tile, rescale_l="after", visible=visible)):
             yield Cause("rescale:l_after_sum", (
                 f"l is rescaled after this tile's P is added, l = (l + rowsum(P)) · alpha, not before "

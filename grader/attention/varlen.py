@@ -258,6 +258,30 @@ def spill_cause(ctx):
                 f"when q_start >= n_q, and store only rows i < n_q.")
 
 
+def layout_causes(ctx):
+    """The packed [tokens, heads, d] layout misread: o stored head-major ([H, total_q, d]), or q, k or v
+    found with the head term h (not h · d) inside a token's row."""
+    ref = ctx.ref["o"]
+    total_q, H, d = ref.shape
+    if H > 1 and replays.matches(ctx, o=ref.transpose(1, 0, 2).reshape(total_q, H, d)):
+        yield Cause("store:o_head_major", "o is stored head-major, at row h · total_q + token (the output matches o laid "
+                    "out [H, total_q, d]): the packed o is [total_q, H, d], row (q_begin + i) · H + h.")
+    for name in ("q", "k", "v"):
+        x = np.asarray(ctx.inputs[name], np.float64)
+        n, heads, dd = x.shape
+        if heads < 2:
+            continue
+        flat = x.reshape(-1)
+        at = (np.arange(n)[:, None, None] * heads * dd + np.arange(heads)[None, :, None]
+              + np.arange(dd)[None, None, :])
+        o, lse = attend(dict(ctx.inputs, **{name: flat[at]}))
+        if replays.matches(ctx, o=o, lse=lse) or (name == "v" and replays.matches(ctx, o=o)):
+            yield Cause(f"index_unscaled:{name}:head", (
+                f"{name}'s head offset is h (one element per head) where h · d is due (the output matches "
+                f"reading {name}[token · stride + h + c]): head h of a token starts h · d elements into "
+                "its row."))
+
+
 def skipped_rows_observation(ctx):
     """Rows that see keys but come out as o = 0 and lse = -inf: no key tile ran for them."""
     lse, ref = np.asarray(ctx.out["lse"], np.float64), ctx.ref["lse"]
@@ -297,6 +321,7 @@ def diagnose(ctx):
     was observed."""
     yield from boundary_causes(ctx)
     yield from spill_cause(ctx)
+    yield from layout_causes(ctx)
     yield from skipped_rows_observation(ctx)
     bad = _bad_sequences(ctx)
     if not bad:

@@ -201,6 +201,16 @@ def position_causes(ctx):
                 "physical_pos exchanges / and %: the output matches key j read from slot j / page_size "
                 "of page block_table[b][j % page_size]. The page is block_table[b · max_pages + "
                 "j / page_size], the slot j % page_size."))
+    # The table's column from another dimension: j / max_pages where j / page_size is due (the slot right).
+    at = np.arange(B)[:, None] * max_pages + np.minimum(j[None, :], lens[:, None] - 1).clip(0) // max_pages
+    if max_pages != ps and at.max() < bt.size:      # read on past a row's end, as the kernel does
+        pos = np.where(j[None, :] < lens[:, None], bt.reshape(-1)[at] * ps + j[None, :] % ps, 0)
+        alt = _read_at(ctx, pos)
+        if alt is not None and replays.matches(ctx, *alt):
+            yield Cause("page_lookup:column_by_max_pages", (
+                "physical_pos finds key j's page at column j / max_pages of the block table (the output "
+                "matches that): a page holds page_size keys, so the column is j / page_size, the slot "
+                "j % page_size."))
     config = replays.kernel_config(getattr(ctx, "config", None), ctx.params)
     W, KPS = config.get("WARPS"), config.get("KEYS_PER_STEP")
     if not (isinstance(W, int) and isinstance(KPS, int)):
