@@ -733,13 +733,16 @@ def tile_limits(n_q, n_k, block_m, block_n, row_of_tile, cap=None):
     kv_end = np.clip(row_of_tile(first, last) + offset + 1, 0, min(n_k, n_k if cap is None else cap))
     return np.minimum(-(-kv_end // block_n) * block_n, n_k)     # whole key tiles
 
-def diagonal_tiles_masked(n_q, n_k, block_m, block_n, limit, straddle_row="first", straddle_offset=True):
+def diagonal_tiles_masked(n_q, n_k, block_m, block_n, limit, straddle_row="first", straddle_offset=True,
+                          test=None):
     """[n_q, n_k] visibility of a kernel that loops over the key tiles up to its query tile's
     kv_end = min(n_k, last + offset + 1) and applies its per-element test, j < limit(i), only in the
     tiles that straddle the diagonal or hold the last, partial key tile: the tiles below the
     diagonal are taken whole. A tile straddles the diagonal when its last key lies past what the
     query tile's first row sees (straddle_row="last": what its last row sees, a bug;
-    straddle_offset=False: the test leaves out the offset Nk - Nq, another)."""
+    straddle_offset=False: the test leaves out the offset Nk - Nq, another; straddle_row="last_tile":
+    only the query tile's last visited key tile is tested, a third). test(i, j): the per-element
+    test's visible keys, where j < limit(i) is not the test."""
     offset = n_k - n_q
     i, j = np.arange(n_q)[:, None], np.arange(n_k)[None, :]
     first = (i // block_m) * block_m
@@ -748,8 +751,12 @@ def diagonal_tiles_masked(n_q, n_k, block_m, block_n, limit, straddle_row="first
     tile = (j // block_n) * block_n
     visited = tile < kv_end
     row = first if straddle_row == "first" else last
-    tested = (tile + block_n - 1 > row + (offset if straddle_offset else 0)) | (tile + block_n > n_k)
-    return visited & np.where(tested, j < np.asarray(limit(np.arange(n_q)))[:, None], True)
+    if straddle_row == "last_tile":
+        tested = (tile + block_n >= kv_end) | (tile + block_n > n_k)
+    else:
+        tested = (tile + block_n - 1 > row + (offset if straddle_offset else 0)) | (tile + block_n > n_k)
+    seen = test(i, j) if test is not None else j < np.asarray(limit(np.arange(n_q)))[:, None]
+    return visited & np.where(tested, seen, True)
 
 
 def mask_causes(ctx, s, v):
@@ -794,6 +801,23 @@ def mask_causes(ctx, s, v):
                     f"keys above the diagonal are counted inside the diagonal tiles (the output matches "
                     f"{sizes}, unmasked). Tiles that straddle the diagonal need the per-element test: "
                     f"s = -INFINITY where j > i + (Nk - Nq)."))
+            # The per-element test with i and j exchanged (i > j + offset masked), and the test run
+            # only in the query tile's last visited key tile.
+            for cid, vis, what in (
+                    ("mask:ij_swapped", diagonal_tiles_masked(n_q, n_k, bm, bn, None,
+                                                              test=lambda i, j: (j < n_k) & (i <= j + offset)),
+                     "the per-element test masks the keys where i > j + offset, i and j exchanged: it hides "
+                     "the keys below the diagonal and lets the ones above it through. A key is hidden where "
+                     "j > i + offset"),
+                    ("mask:diagonal_test_last_tile", diagonal_tiles_masked(n_q, n_k, bm, bn, lambda r: r + offset + 1,
+                                                                           straddle_row="last_tile"),
+                     "the per-element test runs only in the query tile's last key tile, kv_start + BLOCK_N >= "
+                     "kv_end, while more than one tile can straddle the diagonal (with BLOCK_M > BLOCK_N, or a "
+                     "query tile's first and last rows apart): a tile needs the test when its last key lies "
+                     "past what the query tile's first row sees, kv_start + BLOCK_N - 1 > q_start + offset")):
+                if (getattr(ctx, "probe", None) or not np.array_equal(vis, R.causal_mask(n_q, n_k))) and \
+                        matches(ctx, *attend(s, v, vis)):
+                    yield Cause(cid, f"{what} (the output matches that, with tiles of {bm} queries × {bn} keys).")
             # The diagonal tiles told by the query tile's last row: some run without the test.
             vis = diagonal_tiles_masked(n_q, n_k, bm, bn, lambda r: r + offset + 1, straddle_row="last")
             if (getattr(ctx, "probe", None) or not np.array_equal(vis, R.causal_mask(n_q, n_k))) and \
@@ -1403,7 +1427,7 @@ def warp_merge_causes(ctx, k, v, lens, chunks):
     kk, vv = np.asarray(k, np.float64)[:, heads], np.asarray(v, np.float64)[:, heads]      # [B, H, L, d]
     scores_all = scale * np.einsum("bhd,bhjd->bhj", q, kk)
     variants = (("merge:l_unweighted", "l", "the l"), ("merge:acc_unweighted", "acc", "the acc"),
-                ("merge:weight_base", "base", ""))
+                ("merge:weight_base", "base", ""), ("merge:sign:warp", "sign", ""))
     for chunk in chunks:
         if chunk <= KPS:
             continue                        # one warp's keys per split: nothing to merge
@@ -1424,12 +1448,21 @@ def warp_merge_causes(ctx, k, v, lens, chunks):
                 for cid, which, _ in variants:
                     # "base": weights expf(m2_w - m2_blk) of maxima in log2 units, where exp2f is due
                     a = np.exp((m - m_blk) / math.log(2.0)) if which == "base" else alpha
+                    if which == "sign":         # exp(m_blk - m_w); a warp with no key is skipped
+                        with np.errstate(over="ignore", invalid="ignore"):
+                            a = np.where(np.isfinite(m), np.exp(m_blk - safe), 0.0)
                     l_sum = l_w.sum(-1) if which == "l" else (a * l_w).sum(-1)
                     acc = (acc_w.sum(1) if which == "acc" else (a[..., None] * acc_w).sum(1))
                     parts[cid][0][b, :, sp] = acc / l_sum[:, None]
                     parts[cid][1][b, :, sp] = m_blk[:, 0] + np.log(l_sum)
         for cid, which, what in variants:
             o_alt, lse_alt = R.combine_partials(*parts[cid])
+            if matches(ctx, o=o_alt, lse=lse_alt) and which == "sign":
+                yield Cause(cid, (
+                    f"the merge of the {W} warps' states weighs each warp by exp(m_blk - m_w), the exponent's "
+                    f"sign flipped (the output matches that, with {split_words(chunk, lens)}): the weight is "
+                    "exp2f(m_w - m_blk) <= 1, the warp with the block's max weighing 1."))
+                return
             if matches(ctx, o=o_alt, lse=lse_alt) and which == "base":
                 yield Cause(cid, (
                     f"the merge of the {W} warps' states weighs each warp by expf(m_w - m_blk), but the "
