@@ -19,7 +19,7 @@ from ..spec import Cause, Seen
 from . import references as R
 from .inputs import attention_inputs
 from . import replays
-from .replays import MATCH, tiles
+from .replays import MATCH, kernel_config, tiles
 
 OUTPUTS = ("dq", "dk", "dv")
 
@@ -446,8 +446,43 @@ def located(ctx):
                    f"{' and '.join(names[n] for n in wrong)} {'is' if len(wrong) == 1 else 'are'} wrong.")
 
 
+def store_causes(ctx):
+    """dK and dV stored at permuted rows of their key block: a thread's keys kj · KEYS_K + n written
+    to row kj + n · (BLOCK_N / KEYS_K) (rows that land past n_k dropped, the rows left over never
+    written)."""
+    config = kernel_config(getattr(ctx, "config", None), ctx.params)
+    bn, nt = config.get("BLOCK_N"), config.get("NTHREADS")
+    if not (isinstance(bn, int) and isinstance(nt, int)) or nt < 16 or (bn * 8) % (nt // 2):
+        return
+    kk = bn * 8 // (nt // 2)                      # KEYS_K: a thread's keys in dK and dV
+    if kk < 2 or bn % kk:
+        return
+    n_k = np.shape(ctx.ref["dk"])[2]
+    dest, src, moved = [], [], False
+    for k0 in range(0, n_k, bn):
+        for kj in range(bn // kk):
+            for n in range(kk):
+                to, key = k0 + kj + n * (bn // kk), k0 + kj * kk + n
+                moved |= to != key and min(to, key) < n_k
+                if to < n_k and key < n_k:      # a zero-filled key past n_k stores 0 (its P is 0)
+                    dest.append(to)
+                    src.append(key)
+    if not moved:
+        return
+    alt = {"dq": ctx.ref["dq"]}
+    for name in ("dk", "dv"):              # the launch zero-fills dK and dV: a row left over stays 0
+        alt[name] = np.zeros_like(ctx.ref[name])
+        alt[name][:, :, dest] = ctx.ref[name][:, :, src]
+    if _matches(ctx, alt):
+        yield Cause("store:dkdv_rows_interleaved", (
+            f"dK and dV hold the right rows in the wrong places within each key block of {bn}: a thread's keys "
+            f"kj · KEYS_K + n (KEYS_K = {kk}) are stored at row kj + n · (BLOCK_N / KEYS_K) (the output matches "
+            "that; dQ is right). Store key j = k_start + kj · KEYS_K + n at row j."))
+
+
 def diagnose(ctx):
     yield from recompute_causes(ctx)
+    yield from store_causes(ctx)
     yield from delta_causes(ctx)
     yield from accumulation_causes(ctx)
     yield from located(ctx)

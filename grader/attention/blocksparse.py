@@ -753,5 +753,6 @@ def diagnose(ctx):
     yield from replays.exponent_causes(ctx, s, v, vis)
     yield from replays.tile_bug_causes(ctx, s, v, vis)
     yield from replays.setup_causes(ctx, vis)
+    yield from replays.store_guard_causes(ctx)
     yield from weights.observation(weight_rows(ctx, s, v, vis))
     yield from observed_blocks(ctx)

@@ -203,6 +203,24 @@ def prefill_causes(ctx, s, v, visible=None):
     yield from operand_causes(ctx, visible)
     yield from feature_causes(ctx, visible)
     yield from reduction_causes(ctx, s, v, visible)
+    yield from store_guard_causes(ctx)
+
+
+def store_guard_causes(ctx):
+    """lse stored under the wrong thread test: a block's threads hold TM rows each (row group ty =
+    rows q_start + ty · TM ..), COLS lanes per row (tx); a store guarded by ty == 0 where tx == 0 is
+    due writes only the first TM rows of every query tile."""
+    config = kernel_config(getattr(ctx, "config", None), ctx.params)
+    bm, tm = config.get("BLOCK_M"), config.get("TM")
+    if not (isinstance(bm, int) and isinstance(tm, int)) or tm >= bm:
+        return
+    n_q = np.shape(ctx.ref["lse"])[-1]
+    gone = np.arange(n_q) % bm >= tm
+    if unwritten_as(ctx, {"lse": np.broadcast_to(gone, np.shape(ctx.ref["lse"]))}):
+        yield Cause("store:lse_guard_ty", (
+            f"lse is written only for the first TM = {tm} rows of every query tile of {bm} (the others still "
+            "hold the grader's NaN; o is right): the store is guarded by ty == 0, the first row group, where "
+            "one lane of each row's COLS lanes, tx == 0, is due."))
 
 
 def tile_start_causes(ctx, visible=None):
@@ -1124,6 +1142,17 @@ def decode_diagnose(ctx, kv_cache_fn):
                     "head's block writes the first group's rows. Query head h = kv · (H / Hkv) + g "
                     "has row b · H + h."))
                 break
+
+    # The workspace rows of the group's heads g > 0 never written (a store for g == 0 only): their o
+    # and lse copy the poison through the combine; the first head of each group is right.
+    others = (np.arange(H) % group != 0)[None, :] & live[:, None]            # [B, H]
+    if group > 1 and unwritten_as(ctx, {"o": np.broadcast_to(others[..., None], np.shape(ctx.out["o"])),
+                                        "lse": others}):
+        yield Cause("store:workspace_first_of_group", (
+            f"o and lse hold the poison exactly on the query heads that are not the first of their group "
+            f"(g > 0 of each kv head's H / Hkv = {group}), of every sequence with keys, and are right on the "
+            "first (the output matches that): the partial kernel stores its workspace row (o_part or "
+            "lse_part) for g == 0 only. Each of the group's heads has its own row, b · H + kv · GROUP + g."))
 
     # lse in log2 units, a key too many or too few.
     if live.any():
