@@ -118,6 +118,28 @@ def streaming_causes(ctx, s, v, visible=None):
                 f"2r + 1 (the output matches that, with key tiles of {tile}): for row g + 8 (r = 1) it "
                 "multiplies elements 1 and 2, so element 1 (row g) gets both rows' alpha and element 3 "
                 "(row g + 8) none. Row g holds elements 0 and 1, row g + 8 elements 2 and 3."))
+        # The exponentials of one element of each pair left out (e < 2r + 1): the odd keys' P is the raw
+        # score q·k (the zero-filled keys past n_k and the masked ones -INFINITY), and l leaves them out.
+        width = -(-n_k // tile) * tile
+        s_full = np.concatenate([np.where(visible, s, -np.inf) if visible is not None else s,
+                                 np.full(s.shape[:-1] + (width - n_k,), -np.inf)], axis=-1)
+        v_full = np.concatenate([v, np.zeros(v.shape[:-2] + (width - n_k, d))], axis=-2)
+        causal = replays.is_causal(visible)
+        for block_m in tiles(ctx, "BLOCK_M") if causal else (None,):
+            ends = replays.tile_limits(n_q, n_k, block_m, tile, lambda first, last: last) if causal else None
+            with np.errstate(invalid="ignore", over="ignore"):
+                o_alt, lse_alt = streamed(s_full, v_full, tile, p_for_acc=into_mma, row_end=ends,
+                                          raw_keys=(np.arange(width) % 2 == 1, 1.0 / ctx.inputs["scale"]))
+            if matches(ctx, o=o_alt, lse=lse_alt):
+                break
+        else:
+            o_alt = None
+        if o_alt is not None:
+            yield Cause("p:odd_elements_raw", (
+                f"P of every odd key stays the raw score q·k (the output matches that, with key tiles of {tile}): "
+                "the loop that exponentiates a row's elements, e = 2r and 2r + 1, stops after 2r, so those "
+                "elements are never exponentiated nor added to l (a masked one, -INFINITY, turns acc into "
+                "NaN). Run it over both: e < 2r + 2."))
         for parity, name in ((1, "odd"), (0, "even")):
             cols = np.arange(d) % 2 != parity                    # the columns that are rescaled
             o_alt, lse_alt = streamed(s, v, tile, visible=visible, rescale_acc=cols, p_for_acc=into_mma)

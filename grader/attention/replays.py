@@ -66,7 +66,7 @@ def attend(s, v, visible=None):
 
 
 def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_max=False, first_zero=False,
-             p_for_acc=None, guard_tile=False, m_floor=None, row_end=None):
+             p_for_acc=None, guard_tile=False, m_floor=None, row_end=None, raw_keys=None):
     """The online softmax over key tiles, as a kernel runs it, with the rescale optionally left out
     (rescale_acc may also be a mask over acc's columns: those rescaled, or a function of alpha giving
     each element's factor; rescale_l="after": l rescaled after this tile's sum is added), or
@@ -76,7 +76,9 @@ def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_m
     reads (rounded to the input type, or rearranged), where l sums p itself. guard_tile: the guard
     for an empty state tests the tile's own max, m_use = 0 whenever the tile has no visible key.
     m_floor: m_use = max(m_new, m_floor) (a floor on the shift). row_end [Nq]: a row's loop stops
-    before the key tile that starts there (a causal query tile's last tile)."""
+    before the key tile that starts there (a causal query tile's last tile). raw_keys = (mask over
+    the keys, factor): those keys' P is the score times factor, never exponentiated, and l leaves them
+    out (-inf for a masked key, as the kernel's -INFINITY reaches the product)."""
     if visible is not None:
         s = np.where(visible, s, -np.inf)
     shape = s.shape[:-1]
@@ -98,10 +100,16 @@ def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_m
             # In float32, as the kernel computes it: a shift far from the scores underflows to 0
             # (or overflows to inf) there, and that is what a bug with the wrong shift gives.
             p = np.exp((st - shift[..., None]).astype(np.float32)).astype(np.float64)
-            if rescale_l == "after":
-                l_new = (l + p.sum(axis=-1)) * alpha
+            if raw_keys is not None:
+                raw = raw_keys[0][start:start + tile]
+                p_l = np.where(raw, 0.0, p)
+                p = np.where(raw, st * raw_keys[1], p)
             else:
-                l_new = (l * alpha if rescale_l else l) + p.sum(axis=-1)
+                p_l = p
+            if rescale_l == "after":
+                l_new = (l + p_l.sum(axis=-1)) * alpha
+            else:
+                l_new = (l * alpha if rescale_l else l) + p_l.sum(axis=-1)
             factor = rescale_acc(alpha) if callable(rescale_acc) else np.where(rescale_acc, alpha[..., None], 1.0)
             pv = p if p_for_acc is None else p_for_acc(p)
             acc_new = acc * factor + pv @ v[..., start:start + tile, :]
@@ -110,6 +118,8 @@ def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_m
                 m_new, l_new, acc_new = np.where(run, m_new, m), np.where(run, l_new, l), np.where(run[:, None], acc_new, acc)
             m, l, acc = m_new, l_new, acc_new
         o = np.where(l[..., None] > 0, acc / np.where(l > 0, l, 1.0)[..., None], 0.0)
+        if raw_keys is not None:    # o = acc · inv_l, inv_l = 0 when l = 0: a NaN in acc stays
+            o = acc * np.where(l > 0, 1.0 / np.where(l > 0, l, 1.0), 0.0)[..., None]
         lse = np.where(l > 0, m + np.log(np.where(l > 0, l, 1.0)), -np.inf)
     return o, lse
 
