@@ -432,7 +432,11 @@ RESOURCES: dict = {}   # (switches, d, elem) -> registers and local bytes of eac
 def _kernel(rt, d, elem, switches):
     sw = dict(switches)
     options = tuple(f"-D{key}={int(val)}" for key, val in defines(d, elem, sw).items()) + OPTIONS
-    kernel = rt.compile(source(d), options=options).get_function("flash_hopper_ladder")
+    # Named as a name expression: the kernel's parameter list holds #if lines, so the runtimes do not
+    # parse its signature (it depends on the -D options), and the emulator builds only the kernels it
+    # parsed or was named.
+    kernel = rt.compile(source(d), options=options,
+                        name_expressions=("flash_hopper_ladder",)).get_function("flash_hopper_ladder")
     kernel.max_dynamic_shared_size_bytes = shared_bytes(d, sw)
     # The emulator: ptxas's report from its NVRTC pass (sm_90a); a GPU: the driver's attributes.
     info = getattr(rt, "ptxas_report", {}).get("flash_hopper_ladder") or kernel.attributes
@@ -528,7 +532,9 @@ def cpu_check() -> int:
 
 def nvcc_compile() -> int:
     """Every step, d and type compiled by the local nvcc for sm_90a with ptxas -v: what a GPU run would
-    compile (through NVRTC) fails here first."""
+    compile (through NVRTC) fails here first. ptxas's warnings are shown, and so are its wgmma
+    advisories, which it prints as "info" lines numbered C75xx: "(C7511) Potential Performance Loss:
+    wgmma.mma_async instructions are serialized due to ...", "(C7517) warpgroup.wait is injected ..."."""
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
         for label, sw in STEPS[:-1] + [ALL_ON]:
@@ -537,20 +543,23 @@ def nvcc_compile() -> int:
                 src.write_text(source(d))
                 for elem in SOL.DTYPES:
                     opts = [f"-D{key}={int(val)}" for key, val in defines(d, elem, sw).items()]
-                    cmd = ["nvcc", "-std=c++17", "-arch=sm_90a", "-cubin", "-ftz=true", "-Xptxas", "-v",
+                    cmd = ["nvcc", "-std=c++17", "-arch=sm_90a", "-cubin", "-ftz=true",
+                           "-Xptxas", "-v,-warn-spills,-warn-lmem-usage",
                            *opts, "-o", str(Path(tmp) / "k.cubin"), str(src)]
                     out = subprocess.run(cmd, capture_output=True, text=True)
                     log = out.stdout + out.stderr
                     regs = re.search(r"Used (\d+) registers", log)
                     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-                    warn = [line for line in log.splitlines() if "warning" in line.lower()]
+                    warn = [line.strip() for line in log.splitlines()
+                            if "warning" in line.lower() or re.search(r"\(C75\d\d\)", line)]
+                    warn.sort(key=lambda line: "performance loss" not in line.lower())   # serialization first
                     if out.returncode:
                         failures += 1
                         print(f"  FAIL {label:22} d={d:<3} {elem:8}\n{log}")
                     else:
                         print(f"  ok   {label:22} d={d:<3} {elem:8} {regs.group(1) if regs else '?'} registers, "
                               f"spills {spill.group(1) + ' B stored, ' + spill.group(2) + ' B loaded' if spill else '?'}"
-                              + (f", {len(warn)} warning(s): {warn[0]}" if warn else ""), flush=True)
+                              + (f", {len(warn)} ptxas warning(s) or advisories, first: {warn[0]}" if warn else ""), flush=True)
     return 1 if failures else 0
 
 
