@@ -843,4 +843,12 @@ def test_a_parameter_list_with_preprocessor_lines_is_not_checked():
     src = ('extern "C" __global__ void f(const float* x,\n#if WIDE\n float* y, float* z,\n#else\n float* y,\n'
            '#endif\n int n) {}\nextern "C" __global__ void g(float* x, int n) {}\n')
     sigs = parse_signatures(src)
-    assert "f" not in sigs and [p.name for p in sigs["g"]] == ["x", "n"]
+    assert sigs["f"] is None and [p.name for p in sigs["g"]] == ["x", "n"]
+
+
+def test_a_kernel_with_preprocessor_lines_in_its_parameters_runs(rt):
+    src = ('extern "C" __global__ void f(float* y,\n#if WIDE\n float* z,\n#endif\n int n)\n'
+           '{ if (threadIdx.x < n) y[threadIdx.x] = 2.0f; }\n')
+    y = np.zeros(4, np.float32)
+    rt.compile(src, options=("-DWIDE=0",)).get_function("f")((1,), (4,), (y, rt.int32(4)))
+    assert (y == 2.0).all()

@@ -66,7 +66,8 @@ def attend(s, v, visible=None):
 
 
 def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_max=False, first_zero=False,
-             p_for_acc=None, guard_tile=False, m_floor=None, row_end=None, raw_keys=None):
+             p_for_acc=None, guard_tile=False, m_floor=None, row_end=None, raw_keys=None, l_of=None,
+             unguarded=False):
     """The online softmax over key tiles, as a kernel runs it, with the rescale optionally left out
     (rescale_acc may also be a mask over acc's columns: those rescaled, or a function of alpha giving
     each element's factor; rescale_l="after": l rescaled after this tile's sum is added), or
@@ -78,7 +79,9 @@ def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_m
     m_floor: m_use = max(m_new, m_floor) (a floor on the shift). row_end [Nq]: a row's loop stops
     before the key tile that starts there (a causal query tile's last tile). raw_keys = (mask over
     the keys, factor): those keys' P is the score times factor, never exponentiated, and l leaves them
-    out (-inf for a masked key, as the kernel's -INFINITY reaches the product)."""
+    out (-inf for a masked key, as the kernel's -INFINITY reaches the product). l_of(p, st): the
+    terms l adds per key (default p). unguarded: o = acc · (1 / l) and lse = m + log(l) whatever l is
+    (02's epilogue, whose rows all see keys)."""
     if visible is not None:
         s = np.where(visible, s, -np.inf)
     shape = s.shape[:-1]
@@ -105,7 +108,7 @@ def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_m
                 p_l = np.where(raw, 0.0, p)
                 p = np.where(raw, st * raw_keys[1], p)
             else:
-                p_l = p
+                p_l = p if l_of is None else l_of(p, st)
             if rescale_l == "after":
                 l_new = (l + p_l.sum(axis=-1)) * alpha
             else:
@@ -121,6 +124,9 @@ def streamed(s, v, tile, rescale_acc=True, rescale_l=True, visible=None, stale_m
         if raw_keys is not None:    # o = acc · inv_l, inv_l = 0 when l = 0: a NaN in acc stays
             o = acc * np.where(l > 0, 1.0 / np.where(l > 0, l, 1.0), 0.0)[..., None]
         lse = np.where(l > 0, m + np.log(np.where(l > 0, l, 1.0)), -np.inf)
+        if unguarded:
+            with np.errstate(divide="ignore"):
+                o, lse = acc * (1.0 / l)[..., None], m + np.log(l)
     return o, lse
 
 
@@ -171,7 +177,9 @@ def matches(ctx, o=None, lse=None, **others) -> bool:
         weight of 1, up to float64 rounding: lse - max of one key is 5e-17), else None."""
         finite = np.asarray(alt, np.float64)[np.isfinite(alt)]
         return next((c for c in (0.0, 1.0) if finite.size and np.all(np.abs(finite - c) < 1e-12)), None)
-    # A constant computed with float64 rounding is that constant: the kernel's exact 0 matches it.
+    # A constant computed with float64 rounding is that constant: the kernel's exact 0 matches it. (A
+    # replay of tiny values, 1e-22 in float32, matches the kernel's tiny values as they are, too.)
+    exact = dict(checks)
     checks = [(n, np.where(np.isfinite(a), constant(a), a) if constant(a) is not None else a) for n, a in checks]
 
     def plain(alt) -> bool:
@@ -187,8 +195,8 @@ def matches(ctx, o=None, lse=None, **others) -> bool:
     def near(name, alt) -> bool:
         if ctx.cmp[name].passed and rel(alt, ctx.ref[name]) < 1e-5:
             return True     # the replay predicts this output right, and the kernel got it right
-        return rel(ctx.out[name], alt) < match and \
-            close_to(ctx.out[name], alt, ctx.ref[name], getattr(ctx, "noise", 0.0))
+        return any(rel(ctx.out[name], x) < match and close_to(ctx.out[name], x, ctx.ref[name], getattr(ctx, "noise", 0.0))
+                   for x in (alt, exact[name]))
     close = all(near(name, alt) for name, alt in checks)
     wrong = any(rel(ctx.out[name], ctx.ref[name]) > 10 * match or not ctx.cmp[name].passed
                 for name, _ in checks)
@@ -357,6 +365,19 @@ def tile_bug_causes(ctx, s, v, visible=None):
                     "gets l and acc against 0 but lse against m. Only a row with no visible key yet needs "
                     "another shift: m_use = (m_new == -INFINITY) ? 0 : m_new."))
                 break
+        # l summing the scores themselves (in log2 units), before they become P: the kernel's tile
+        # holds the keys past n_k as -INFINITY, which l adds too.
+        width = -(-n_k // tile) * tile
+        s_full = np.concatenate([np.where(visible, s, -np.inf) if visible is not None else s,
+                                 np.full(s.shape[:-1] + (width - n_k,), -np.inf)], axis=-1)
+        v_full = np.concatenate([v, np.zeros(v.shape[:-2] + (width - n_k, v.shape[-1]))], axis=-2)
+        with np.errstate(invalid="ignore", over="ignore"):
+            alt = streamed(s_full, v_full, tile, l_of=lambda p, st: st * LOG2E, unguarded=True)
+        if matches(ctx, *alt):
+            yield Cause("l:raw_scores", (
+                f"l adds the scores themselves, before they are exponentiated (the output matches l = sum of "
+                f"s · scale · log2 e, rescaled like l, with key tiles of {tile}; a masked key's -INFINITY makes "
+                "it -inf): add P to l after s = exp2(s - m_new) has turned the score into P."))
         if matches(ctx, *streamed(s, v, tile, rescale_l="after", visible=visible)):
             yield Cause("rescale:l_after_sum", (
                 f"l is rescaled after this tile's P is added, l = (l + rowsum(P)) · alpha, not before "

@@ -110,12 +110,14 @@ def _strip_comments(src: str) -> str:
     return re.sub(r"//[^\n]*", "", src)
 
 
-def parse_signatures(source: str) -> dict[str, list[Param]]:
-    """``extern "C" __global__`` kernels and their parameters (templates are not parsed, nor a
-    parameter list with preprocessor lines in it: its parameters depend on the -D options)."""
-    out = {}
+def parse_signatures(source: str) -> dict[str, list[Param] | None]:
+    """``extern "C" __global__`` kernels and their parameters (templates are not parsed). A parameter
+    list with preprocessor lines in it gives None, parameters unknown: they depend on the -D options
+    (the emulator then reads them from the compiled kernel; a GPU launch goes unchecked)."""
+    out: dict[str, list[Param] | None] = {}
     for m in _KERNEL.finditer(_strip_comments(source)):
         if re.search(r"^\s*#", m.group(2), re.M):
+            out[m.group(1)] = None
             continue
         params = []
         for raw in m.group(2).split(","):

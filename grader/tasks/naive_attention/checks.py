@@ -28,6 +28,7 @@ def diagnose(ctx):
     # the exponent, the key range, the indexing, the scale.
     s, v = replays.scores(ctx.inputs)
     yield from softmax_rows_cause(ctx, s, v)
+    yield from pv_keys_cause(ctx, s, v)
     yield from output_grid_cause(ctx)
     yield from replays.output_causes(ctx, s, v)
     yield from replays.exponent_causes(ctx, s, v)
@@ -35,6 +36,32 @@ def diagnose(ctx):
     yield from replays.setup_causes(ctx)
     yield from replays.feature_causes(ctx)
     yield from weights.observation(weights.prefill_rows(ctx, s, v))
+
+
+def pv_keys_cause(ctx, s, v):
+    """The output kernel's sum over keys bounded by n_q: o_i = sum_{j < n_q} P_ij V_j, reading on
+    through P's flat rows and V's flat memory past n_k (a read past either array is the emulator's to
+    name)."""
+    B, H, n_q, n_k = s.shape
+    if n_q == n_k:
+        return
+    p, _ = replays.R.masked_softmax(s)
+    v_all = np.asarray(ctx.inputs["v"], np.float64)
+    Hkv, d = v_all.shape[1], v_all.shape[-1]
+    p_flat, v_flat = p.reshape(-1), v_all.reshape(-1)
+    bh = np.arange(B * H).reshape(B, H)
+    kv = (np.arange(B)[:, None] * Hkv + np.arange(H)[None, :] // (H // Hkv))            # [B, H]
+    i, j = np.arange(n_q)[:, None], np.arange(n_q)[None, :]
+    at_p = bh[..., None, None] * n_q * n_k + i * n_k + j                                 # [B, H, n_q, n_q]
+    at_v = kv[..., None] * n_k * d + np.arange(n_q) * d                                   # [B, H, n_q]: row j
+    if at_p.max() >= p_flat.size or at_v.max() + d > v_flat.size:
+        return
+    v_read = v_flat[at_v[..., None] + np.arange(d)]                                        # [B, H, n_q, d]
+    o_alt = np.einsum("bhij,bhjc->bhic", p_flat[at_p], v_read)
+    if replays.matches(ctx, o=o_alt, lse=ctx.ref["lse"]):
+        yield Cause("pv_keys_end:n_q", (
+            f"the output kernel's sum over keys runs to n_q = {n_q}, not n_k = {n_k} (the output matches "
+            "o_i = sum over j < n_q of P_ij V_j, lse right): row i of P has n_k keys."))
 
 
 def softmax_rows_cause(ctx, s, v):

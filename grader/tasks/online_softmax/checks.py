@@ -261,6 +261,18 @@ def diagnose(ctx):
         yield Cause("lse:no_max", "lse is missing the max (the output matches log(l) alone): lse = m + log(l).")
     if matches(ctx, lse=2 * row_max - lse_ref):
         yield Cause("lse:log_inverse", replays.LSE_LOG_INVERSE)
+    # Each element merged as the state (x, exp(x)) where (x, 1) is due: l sums exp(x) · exp(x - m), in
+    # float32 (exp(x) overflows past 88.7).
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        m32 = np.where(np.isfinite(row_max), row_max, 0.0).astype(np.float32)[:, None]
+        x32 = x.astype(np.float32)
+        l_alt = (np.exp(x32) * np.exp(x32 - m32)).sum(axis=-1, dtype=np.float32).astype(np.float64)
+        y_alt = np.where(np.isfinite(x), np.exp(x32 - m32).astype(np.float64) / l_alt[:, None], 0.0)
+        lse_alt = np.where(np.isfinite(row_max), row_max + np.log(l_alt), -np.inf)
+    if matches(ctx, y=y_alt, lse=lse_alt):
+        yield Cause("merge:element_weight_exp", (
+            "each element enters the softmax as the state (x, exp(x)), where (x, 1) is due (the output "
+            "matches l = sum of exp(x) · exp(x - m)): one element seen alone has max x and sum exp(x - x) = 1."))
     yield from weights.softmax_rows_observation(ctx, x)
 
 
