@@ -21,6 +21,7 @@ IDS = (
     "08_block_sparse",
     "09_flash_backward",
     "10_flash_hopper",
+    "11_backward_tensor_cores",
 )
 
 

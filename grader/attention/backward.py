@@ -41,7 +41,7 @@ def visible_of(inputs) -> np.ndarray | None:
 
 
 def gradients(inputs, *, probs=None, delta=None, heads=None, dq_scale=1.0, dk_scale=1.0, visible="auto",
-              ds_of=None, dkdv_x=("do", "q")):
+              ds_of=None, dkdv_x=("do", "q"), rights=None):
     """(dq, dk, dv) in float64. The keyword arguments replay bugs:
     probs(s, lse, visible) -> P    how P is recomputed (default: the true softmax)
     delta(p, dp, do, o, b, h) -> D the row term of dS (default: rowsum(dO ∘ O) with the given O, as a
@@ -51,6 +51,8 @@ def gradients(inputs, *, probs=None, delta=None, heads=None, dq_scale=1.0, dk_sc
     ds_of(p, dp, D) -> dS          how dS is formed (default: P ∘ (dP - D))
     dkdv_x                         the right-hand operands of dV = P^T x and dK = scale · dS^T x
                                    (default: dO and Q)
+    rights                         {"do": array, "q": array}: those operands' values, where they are
+                                   not the inputs' (an operand read in another layout)
     visible                        the mask (default: the case's)."""
     q, k, v, do, o = (np.asarray(inputs[x], np.float64) for x in ("q", "k", "v", "do", "o"))
     lse = np.asarray(inputs["lse"], np.float64)
@@ -72,6 +74,7 @@ def gradients(inputs, *, probs=None, delta=None, heads=None, dq_scale=1.0, dk_sc
                 dq[b, h] = dq_scale * scale * ds @ k[b, g]
                 if h in summed:
                     x = {"do": do[b, h], "q": q[b, h]}
+                    x.update({n: np.asarray(a, np.float64)[b, h] for n, a in (rights or {}).items()})
                     dk[b, g] += dk_scale * scale * ds.T @ x[dkdv_x[1]]
                     dv[b, g] += p.T @ x[dkdv_x[0]]
     return dq, dk, dv
@@ -140,13 +143,15 @@ def _distance(got, want, ref) -> float:
 
 
 def _matches(ctx, alt: dict) -> bool:
-    """Every output is close to the replay, and the replay is not the truth where the kernel is wrong."""
+    """Every output is close to the replay, and the replay is not the truth where the kernel is wrong.
+    A low-precision kernel's own rounding (ctx.noise, module 11) widens "close"."""
+    match = max(MATCH, 3 * getattr(ctx, "noise", 0.0))
     wrong = [n for n in OUTPUTS if _wrong(ctx, n)]
     if not wrong:
         return False
-    if all(_distance(alt[n], ctx.ref[n], ctx.ref[n]) < 10 * MATCH for n in wrong):
+    if all(_distance(alt[n], ctx.ref[n], ctx.ref[n]) < 10 * match for n in wrong):
         return False
-    return all(_distance(ctx.out[n], alt[n], ctx.ref[n]) < MATCH for n in OUTPUTS if n in alt)
+    return all(_distance(ctx.out[n], alt[n], ctx.ref[n]) < match for n in OUTPUTS if n in alt)
 
 
 def _replay(ctx, **kw) -> bool:

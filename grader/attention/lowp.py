@@ -84,23 +84,26 @@ def same_precision_attention(q, k, v, scale, dtype: str, causal: bool = False):
     return rounded(o, dtype), lse
 
 
-def rel_error(got, want) -> float:
-    """Relative Frobenius error over the finite elements of want."""
+def rel_error(got, want, floor: float = 1e-30) -> float:
+    """Relative Frobenius error over the finite elements of want (its norm floored at `floor`)."""
     ok = np.isfinite(want)
     got, want = np.where(ok, got, 0.0), np.where(ok, want, 0.0)
-    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
+    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), floor))
+
+
+def tolerance(got, want, floor: float, norm_floor: float = 1e-30) -> Tolerance:
+    """MULTIPLE times the error of `got` (a same-precision reference) against `want` (float64),
+    relative (to want's norm, floored at norm_floor) and absolute, plus `floor` (times the largest
+    |want|, at least 1, for the absolute one)."""
+    ok = np.isfinite(want)
+    with np.errstate(invalid="ignore"):            # -inf - -inf of rows without keys, masked out
+        diff = np.abs(np.where(ok, got - want, 0.0))
+    scale = max(float(np.abs(want[ok]).max(initial=0)), 1.0)
+    return Tolerance(rel=MULTIPLE * rel_error(got, want, norm_floor) + floor,
+                     abs=MULTIPLE * float(diff.max(initial=0)) + floor * scale)
 
 
 def tolerances(o_sp, lse_sp, ref: dict, dtype: str) -> dict:
     """The tolerance of each output: MULTIPLE times the same-precision reference's error (relative
     and absolute) plus a floor, EPS/8 of the type for o, LSE_FLOOR for lse."""
-    out = {}
-    for name, got, floor in (("o", o_sp, EPS[dtype] / 8), ("lse", lse_sp, LSE_FLOOR)):
-        want = ref[name]
-        ok = np.isfinite(want)
-        with np.errstate(invalid="ignore"):            # -inf - -inf of rows without keys, masked out
-            diff = np.abs(np.where(ok, got - want, 0.0))
-        scale = max(float(np.abs(want[ok]).max(initial=0)), 1.0)
-        out[name] = Tolerance(rel=MULTIPLE * rel_error(got, want) + floor,
-                              abs=MULTIPLE * float(diff.max(initial=0)) + floor * scale)
-    return out
+    return {"o": tolerance(o_sp, ref["o"], EPS[dtype] / 8), "lse": tolerance(lse_sp, ref["lse"], LSE_FLOOR)}

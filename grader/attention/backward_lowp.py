@@ -1,0 +1,153 @@
+"""The backward pass in float16 and bfloat16 (module 11): inputs, the same-precision reference
+gradients, the tolerance they earn, and the diagnosis.
+
+The inputs q, k, v, o and dO are 16-bit (bfloat16 travels as uint16 bits, as in module 06), lse is
+float32. The reference is module 09's float64 gradients (grader/attention/backward.py) on the decoded,
+rounded inputs, so the inputs' rounding costs nothing. What a correct kernel still loses: P rounded to
+the input type before dV = Pᵀ dO, dS rounded before dK = dSᵀ Q and dQ = dS K, D taken from the rounded
+o, and dQ, dK, dV rounded at the end. The same-precision reference does exactly that, with float32
+products and sums; each gradient's tolerance is lowp.MULTIPLE times its error plus a floor (module 06's
+rule, grader/attention/lowp.py), so a correct kernel passes and a structural bug does not.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import backward, lowp
+from . import references as R
+from .inputs import attention_inputs
+from ..spec import Cause, Tolerance
+
+OUTPUTS = backward.OUTPUTS
+SIXTEEN_BIT = ("q", "k", "v", "o", "do")
+
+
+def backward_lowp_inputs(p: dict, rng: np.random.Generator) -> dict:
+    """q, k, v rounded to p["dtype"]; o (rounded) and lse (float32) from the float64 forward on the
+    rounded inputs, as a forward kernel hands them over; dO random, rounded; scale; causal."""
+    dtype = p["dtype"]
+    x = attention_inputs(p, rng)
+    for name in ("q", "k", "v"):
+        x[name] = lowp.encode(x[name], dtype)
+    q, k, v = (lowp.decode(x[name], dtype).astype(np.float64) for name in ("q", "k", "v"))
+    causal = bool(p.get("causal", False))
+    o, lse = R.attention(q, k, v, x["scale"], causal=causal)
+    x.update(o=lowp.encode(o, dtype), lse=lse.astype(np.float32), causal=causal,
+             do=lowp.encode(rng.standard_normal(o.shape), dtype))
+    return x
+
+
+def decoded(inputs: dict, dtype: str) -> dict:
+    """The inputs as the float64 values they hold (what the references and the replays read)."""
+    return dict(inputs, **{x: lowp.decode(inputs[x], dtype).astype(np.float64) for x in SIXTEEN_BIT})
+
+
+def reference(inputs: dict, dtype: str) -> dict:
+    return backward.reference(decoded(inputs, dtype))
+
+
+def same_precision_gradients(inputs: dict, dtype: str) -> dict:
+    """The gradients as a 16-bit tensor-core kernel computes them: float32 scores, P = exp(s - lse) and
+    dP; D = rowsum(dO ∘ O) in float32 from the rounded o; P rounded before Pᵀ dO, dS = P ∘ (dP - D)
+    rounded before dSᵀ Q and dS K (float32 products and sums, summed in float32 over a GQA group); the
+    gradients rounded to dtype at the end."""
+    x = {n: np.asarray(v, np.float32) for n, v in decoded(inputs, dtype).items() if n in SIXTEEN_BIT}
+    lse = np.asarray(inputs["lse"], np.float32)
+    scale = np.float32(inputs["scale"])
+    B, H, n_q, d = x["q"].shape
+    Hkv, n_k = x["k"].shape[1:3]
+    vis = backward.visible_of(inputs)
+    dq = np.zeros((B, H, n_q, d), np.float32)
+    dk, dv = np.zeros((B, Hkv, n_k, d), np.float32), np.zeros((B, Hkv, n_k, d), np.float32)
+    for b in range(B):
+        for h in range(H):
+            g = R.kv_head_of(h, H, Hkv)
+            q, k, v, o, do = x["q"][b, h], x["k"][b, g], x["v"][b, g], x["o"][b, h], x["do"][b, h]
+            s = (q @ k.T) * scale
+            with np.errstate(over="ignore", invalid="ignore"):
+                p = np.exp(s - np.where(np.isfinite(lse[b, h]), lse[b, h], np.inf)[:, None]).astype(np.float32)
+            if vis is not None:
+                p = np.where(vis, p, np.float32(0))
+            dp = do @ v.T
+            delta = (do * o).sum(axis=-1, dtype=np.float32)
+            ds = lowp.rounded(p * (dp - delta[:, None]), dtype).astype(np.float32)
+            dv[b, g] += lowp.rounded(p, dtype).astype(np.float32).T @ do
+            dk[b, g] += ds.T @ q
+            dq[b, h] = ds @ k
+    return {"dq": lowp.rounded(scale * dq, dtype), "dk": lowp.rounded(scale * dk, dtype),
+            "dv": lowp.rounded(dv, dtype)}
+
+
+CANCELLATION = 1e-5    # float32's noise in dP - D, relative to the size of the terms a gradient sums
+
+
+def tolerances(inputs: dict, dtype: str, ref: dict) -> dict:
+    """Each gradient: lowp.MULTIPLE times the same-precision reference's error, plus EPS/8 of the type
+    (module 06's rule, grader/attention/lowp.py), the error relative to the gradient's norm floored at
+    0.01 per element as the comparison measures it. Where a gradient cancels (a row with one key has
+    dS = P ∘ (dP - D) = 0 exactly) what is left is float32 noise in dP - D, which no two kernels share:
+    there the bound is at least CANCELLATION times the size of the terms (backward.magnitudes), as
+    module 09 widens its float32 tolerance."""
+    sp = same_precision_gradients(inputs, dtype)
+    mags = backward.magnitudes(decoded(inputs, dtype))
+    out = {}
+    for name in OUTPUTS:
+        floor = 1e-2 * np.sqrt(max(ref[name].size, 1))
+        low = lowp.tolerance(sp[name], ref[name], lowp.EPS[dtype] / 8, floor)
+        ratio = np.linalg.norm(mags[name]) / max(np.linalg.norm(ref[name]), floor)
+        out[name] = Tolerance(max(low.rel, CANCELLATION * ratio),
+                              max(low.abs, CANCELLATION * float(mags[name].max(initial=0.0))))
+    return out
+
+
+def widen(out: dict, dtype: str) -> dict:
+    """The gradients hold the input type: widened exactly to float32 (the poison kept)."""
+    return {name: lowp.decode(val, dtype) for name, val in out.items()}
+
+
+# ---- what went wrong --------------------------------------------------------------------------------
+
+def rounding_noise(inputs: dict, dtype: str, ref: dict) -> float:
+    """How far a correct kernel's gradients lie from the float64 ones, relative (the largest of the
+    three, measured on the same-precision reference): the slack a replay's match must allow."""
+    sp = same_precision_gradients(inputs, dtype)
+    return max(backward._distance(sp[n], ref[n], ref[n]) for n in OUTPUTS)
+
+
+def pieces_transposed(x: np.ndarray, block: int = 8) -> np.ndarray:
+    """[..., n, d] -> each aligned block × block piece transposed in place (rows past n and columns
+    past d zero-padded, then cut off): what a 16-bit operand becomes when an ldmatrix without .trans
+    reads it where .trans is due (every 8 × 8 matrix arrives transposed)."""
+    *lead, n, d = x.shape
+    pad = np.zeros((*lead, -(-n // block) * block, -(-d // block) * block), x.dtype)
+    pad[..., :n, :d] = x
+    r, c = pad.shape[-2] // block, pad.shape[-1] // block
+    t = pad.reshape(*lead, r, block, c, block).swapaxes(-1, -3).reshape(pad.shape)
+    return t[..., :n, :d]
+
+
+def fragment_causes(ctx):
+    """dV and dK (only) wrong in the way an operand read without .trans makes them: dV = Pᵀ T(dO) and
+    dK = scale · dSᵀ T(Q), T transposing every 8 × 8 piece of the query tiles (P and dS themselves
+    computed from the true Q and dO)."""
+    bent = {n: pieces_transposed(np.asarray(ctx.inputs[n], np.float64)) for n in ("do", "q")}
+    alt = dict(zip(OUTPUTS, backward.gradients(ctx.inputs, rights=bent,
+                                               delta=lambda p, dp, do, o, b, h: (do * o).sum(axis=-1))))
+    if backward._matches(ctx, alt):
+        yield Cause("fragment:dkdv_b:transposed", (
+            "dK and dV match Q and dO read with every 8 × 8 piece transposed (dQ is right): their B "
+            "fragments were read with ldmatrix_x4 where ldmatrix_x4_trans is due. In dV += Pᵀ dO and "
+            "dK += dSᵀ Q the k index is the query, and B wants two neighbouring queries of one feature "
+            "in a register: dO and Q are stored [query][feature], so each 8 × 8 matrix must be "
+            "transposed on the way."))
+
+
+def diagnose(ctx, dtype: str):
+    """Module 09's replays (backward.diagnose) on the decoded inputs, with the case's rounding noise
+    allowed; then the fragment replays of this module."""
+    x = decoded(ctx.inputs, dtype)
+    ctx = dataclasses.replace(ctx, inputs=x, noise=rounding_noise(ctx.inputs, dtype, ctx.ref))
+    yield from fragment_causes(ctx)
+    yield from backward.diagnose(ctx)
