@@ -157,26 +157,39 @@ def naive_backward(b: BenchContext) -> dict:
 _torch_graph: dict = {}
 
 
-def torch_efficient_backward(b: BenchContext) -> dict:
-    """torch's memory-efficient attention backward in float32 (SDPBackend.EFFICIENT_ATTENTION), on the
-    same device memory through DLPack. The forward runs once, untimed; each call is one backward."""
-    try:
-        import torch
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError:
-        raise RuntimeError("PyTorch is not importable here: no torch baseline") from None
-    key = id(b.inputs["q"])
-    if key not in _torch_graph:
-        _torch_graph.clear()
-        q, k, v = (torch.from_dlpack(b.inputs[x]).detach().requires_grad_() for x in ("q", "k", "v"))
-        with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
-            o = torch.nn.functional.scaled_dot_product_attention(
-                q, k, v, is_causal=bool(b.inputs.get("causal")), scale=b.inputs["scale"],
-                enable_gqa=q.shape[1] != k.shape[1])
-        _torch_graph[key] = (q, k, v, o, torch.from_dlpack(b.inputs["do"]))
-    q, k, v, o, do = _torch_graph[key]
-    dq, dk, dv = torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
-    return {"dq": dq, "dk": dk, "dv": dv}
+def torch_sdpa_backward(backend: str):
+    """torch's attention backward with one SDPA backend (EFFICIENT_ATTENTION: the memory-efficient
+    kernel, float32 too; FLASH_ATTENTION: FlashAttention-2; CUDNN_ATTENTION: cuDNN), on the same device
+    memory through DLPack, in the case's dtype (bfloat16 bits viewed as torch.bfloat16). The forward
+    runs once, untimed; each call is one backward: torch.autograd.grad of o with dO."""
+    def run(b: BenchContext) -> dict:
+        try:
+            import torch
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+        except ImportError:
+            raise RuntimeError("PyTorch is not importable here: no torch baseline") from None
+        key = (id(b.inputs["q"]), backend)
+        if key not in _torch_graph:
+            _torch_graph.clear()
+            as_type = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(b.params.get("dtype"))
+
+            def tensor(name):
+                t = torch.from_dlpack(b.inputs[name])
+                return t.view(as_type) if as_type is not None else t
+            q, k, v = (tensor(x).detach().requires_grad_() for x in ("q", "k", "v"))
+            with sdpa_kernel(getattr(SDPBackend, backend)):
+                o = torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, is_causal=bool(b.inputs.get("causal")), scale=b.inputs["scale"],
+                    enable_gqa=q.shape[1] != k.shape[1])
+            _torch_graph[key] = (q, k, v, o, tensor("do"))
+        q, k, v, o, do = _torch_graph[key]
+        dq, dk, dv = torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+        return {"dq": dq, "dk": dk, "dv": dv}
+    run.__name__ = f"torch_{backend.lower()}_backward"
+    return run
+
+
+torch_efficient_backward = torch_sdpa_backward("EFFICIENT_ATTENTION")
 
 
 # ---- counts for the emulator's counters (grader bench --backend cpu) -------------------------------
