@@ -32,6 +32,7 @@ POINTS = {
     "00_naive_attention": 10, "01_online_softmax": 10, "02_flash_forward": 20, "03_flash_causal": 20,
     "04_splitkv_decode": 20, "05_paged_decode": 20, "06_flash_tensor_cores": 30, "07_varlen_prefill": 20,
     "08_block_sparse": 20, "09_flash_backward": 30, "10_flash_hopper": 30,
+    "11_backward_tensor_cores": 30,
 }
 DEFAULT_POINTS = 10
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")   # Gradescope's words
