@@ -13,7 +13,8 @@ H200) if CuPy sees one, else the CPU emulator, which runs the same inline PTX (`
 2. the **accumulator layout** of `wgmma.m64nNk16`: which thread of the warpgroup holds which element;
 3. the **128-byte swizzle** a tensor map writes and a descriptor reads;
 4. the **mbarrier phases** of a two-stage ring over time;
-5. the **speed** measured on an H100 against module 06, FlashAttention-2 and cuDNN.
+5. the **speed after each idea** of the lesson, and the solution against module 06,
+   FlashAttention-2 and cuDNN, measured on an H100.
 '''),
 
 code(r'''
@@ -124,6 +125,40 @@ for t, lane, text in events:
     ax.plot(t, lane, "o", color="C0" if lane == 0 else "C1")
 ax.set_yticks([0, 1], ["producer", "consumers"]); ax.set_xlabel("time"); ax.set_ylim(-0.5, 1.8)
 ax.set_title("a two-stage ring: phase parities flip with every reuse of a stage")
+plt.show()
+'''),
+
+md(r'''
+## The speed after each idea
+
+`scripts/hopper_ladder.py` builds the kernel one idea at a time from the solution's code, checks
+each step against float64, and times it (H100, 2026-11-26, B = 2, H = 16, N = 4096, float16, full,
+the median of three timings of 20 calls back to back). Ping-pong alone is slower than warp
+specialization: it pays only once each turn issues two products and the softmax runs under the
+other consumer's (the lesson, end of section 8).
+'''),
+
+code(r'''
+LADDER = {  # step: (ms at d = 64, ms at d = 128)
+    "1. wgmma, plain copies": (0.924, 0.813),
+    "2. + TMA, 2 stages": (0.406, 0.490),
+    "3. + warp specialization": (0.328, 0.500),
+    "4. + ping-pong": (0.402, 0.546),
+    "5. + overlap (solution)": (0.314, 0.480),
+}
+BASELINES = {"module 06": (0.455, 0.899), "FlashAttention-2": (0.454, 0.763), "cuDNN": (0.287, 0.409)}
+B, H, N = 2, 16, 4096
+tflops = lambda ms, d: 4.0 * B * H * N * N * d / (ms * 1e-3) / 1e12
+fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
+for ax, (j, d) in zip(axes, enumerate((64, 128))):
+    steps = list(LADDER)
+    ax.plot(range(len(steps)), [tflops(LADDER[s][j], d) for s in steps], "o-", color="C0", label="the ladder")
+    for k, (name, ms) in enumerate(BASELINES.items()):
+        ax.axhline(tflops(ms[j], d), color=f"C{k + 1}", ls="--", lw=1, label=name)
+    ax.set_xticks(range(len(steps)), [s.split(". ")[1] for s in steps], rotation=20, fontsize=8)
+    ax.set_title(f"d = {d}"); ax.set_ylabel("TFLOP/s")
+axes[0].legend(fontsize=8)
+fig.suptitle("the speed after each idea, measured on an H100 on 2026-11-26")
 plt.show()
 '''),
 
