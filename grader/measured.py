@@ -80,7 +80,7 @@ def lesson_block(ex_id: str) -> str:
         "the least time the device needs for the case's work (its FLOPs at the peak of the units it uses, or "
         "the bytes it must move at the DRAM bandwidth, whichever is longer) over the time measured; 100% is "
         f"the device's limit. Here the limit is the {' or the '.join(_UNIT[x] for x in limits)}. Measured "
-        f"with `grader bench {ex.id[:2]} --solution` on an {m['gpu']} on {m['date']} (peaks "
+        f"with `grader bench {ex.id[:2]} --solution` on an {m['gpu']} on {m.get('dates', {}).get(ex.id, m['date'])} (peaks "
         f"{m['peaks']['dram_bytes_per_s'] / 1e12:.2f} TB/s, {m['peaks']['fp32_flops'] / 1e12:.1f} TFLOP/s FP32, "
         f"{m['peaks']['tensor_flops'] / 1e12:.0f} TFLOP/s dense FP16 tensor, computed from the device's "
         "clocks and SM count); every module on one chart: `notebooks/roofline.ipynb`.",
