@@ -141,12 +141,15 @@ def reduction_causes(ctx, s, v, visible=None, layout: str = "slices"):
                 f"__shfl_xor_sync(..., l[r], offset), where the running sum is due (the output matches each "
                 f"lane ending with its own part and its {len(full)} partners', with key tiles of {tile}): "
                 f"shuffle the value being accumulated, l_row += __shfl_xor_sync(..., l_row, offset)."))
-        if layout == "quad" and block_m in (None, tiles(ctx, "BLOCK_M")[0]):
+        if layout == "quad":
             # The max's shuffles at offsets 4 and 8 (not 1 and 2): lane t meets the same column pair
-            # of the 4 rows g & ~3 .. (g & ~3) + 3, never its quad. Padding rows (q = 0) join in.
+            # of the 4 rows g & ~3 .. (g & ~3) + 3, never its quad. Padding rows (q = 0) join in, in
+            # the last query tile (they stop where its rows do).
             s_pad, vis_pad = rows_padded_to_16(s, visible)
+            ends_pad = None if ends is None else np.concatenate(
+                [ends, np.full(s_pad.shape[-2] - n_q, ends[-1] if n_q else 0)])
             o_alt, lse_alt = lane_streamed(s_pad, v, tile, lanes, key_lane, col_lane, (), full, vis_pad, into,
-                                           max_rows=4)
+                                           max_rows=4, row_end=ends_pad)
             if matches(ctx, o=into(o_alt[..., :n_q, :]) if into else o_alt[..., :n_q, :], lse=lse_alt[..., :n_q]):
                 yield Cause("reduce:max_lanes:other_rows", (
                     f"the tile's row max is shuffled at offsets 4 and 8, which reach the lanes of other "
