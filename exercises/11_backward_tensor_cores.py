@@ -154,6 +154,30 @@ __device__ __forceinline__ int block16(int r16, int c16, int lane)
     return swz<W>(r16 * 16 + lane % 16, c16 * 16 + (lane / 16) * 8);
 }
 
+// The same block with its matrices across first: lanes 0-7 give rows 0-7 at column 0, lanes 8-15 the
+// same rows at column 8, lanes 16-31 rows 8-15 likewise. Matrices: 0 = rows 0-7 × cols 0-7, 1 = rows
+// 0-7 × cols 8-15, 2 = rows 8-15 × cols 0-7, 3 = rows 8-15 × cols 8-15. dQ reads dSᵀ this way: with
+// .trans, these are A's a[0] .. a[3] in order, four registers side by side as mma takes them, where
+// block16's order would need them reordered, and the compiler to move registers (lesson, section 3).
+template <int W>
+__device__ __forceinline__ int block16_across(int r16, int c16, int lane)
+{
+    return swz<W>(r16 * 16 + (lane / 16) * 8 + lane % 8, c16 * 16 + ((lane / 8) % 2) * 8);
+}
+
+// dst[0] += lo, dst[1] += hi in global memory, atomically, the result unused (a reduction, RED): one
+// 8-byte reduction on sm_90 (float2 atomicAdd, Hopper and later), two 4-byte ones before it. dst is
+// 8-byte aligned.
+__device__ __forceinline__ void atomic_add2(float* dst, float lo, float hi)
+{
+#if __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2*>(dst), make_float2(lo, hi));
+#else
+    atomicAdd(dst, lo);
+    atomicAdd(dst + 1, hi);
+#endif
+}
+
 // D_i = sum_c dO[i, c] · O[i, c] in float32, one warp per row of the flattened [rows, d] arrays; the
 // row of the float32 dQ accumulator set to 0 for flash_backward_tc's atomics.
 extern "C" __global__ void backward_preprocess(const elem_t* __restrict__ o, const elem_t* __restrict__ dout,
@@ -177,17 +201,34 @@ extern "C" __global__ void backward_preprocess(const elem_t* __restrict__ o, con
 }
 
 // ---- The products of one step, per warp -----------------------------------------------------------
-// x = (the warp's 16 rows of a_s) · (the 16 · QSTEPS rows of b_t)ᵀ: Sᵀ = K Qᵀ with (k_s, Q tile) and
-// dPᵀ = V dOᵀ with (v_s, dO tile). x[nt] is the C fragment of rows warp_row + g (+ 8) of a_s, columns
-// (rows of b_t) 8 nt + 2t (+ 1). Both tiles are [row][feature] with D features, summed 16 at a time.
+// One 16-feature step kk of x += (the warp's 16 rows of a_s) · (the 16 · QSTEPS rows of b_t)ᵀ: Sᵀ = K Qᵀ
+// with (k_s, Q tile), dPᵀ = V dOᵀ with (v_s, dO tile). x[nt] is the C fragment of rows warp_row + g (+ 8)
+// of a_s, columns (rows of b_t) 8 nt + 2t (+ 1). Both tiles are [row][feature] with D features.
 template <int D>
-__device__ __forceinline__ void product_t(float (&x)[NT][4], const elem_t* a_s, const elem_t* b_t, int warp, int lane)
+__device__ __forceinline__ void product_t_step(float (&x)[NT][4], const elem_t* a_s, const elem_t* b_t, int kk,
+                                               int warp, int lane)
+{
+    // TODO(1): the A fragment of the warp's 16 rows of a_s at features 16 kk .. (one ldmatrix_x4), then for every 16 rows of b_t one ldmatrix_x4 (no .trans) giving the B fragments of two 8-column tiles of x, and two mma_16816
+}
+
+// x = a_s · b_tᵀ and y = c_s · d_tᵀ (the warp's 16 rows of a_s and c_s), summed over the D features: Sᵀ
+// and dPᵀ. The two products share nothing, so they share the loop: each feature step issues both, twice
+// the independent loads and mma for the warp to overlap. Fully unrolled (D / 16 steps), like the other
+// loops of the step but dQ's: with the whole step in view, the compiler issues loads well ahead of the
+// mma that use them (lesson, section 12).
+template <int D>
+__device__ __forceinline__ void products_t(float (&x)[NT][4], const elem_t* a_s, const elem_t* b_t,
+                                           float (&y)[NT][4], const elem_t* c_s, const elem_t* d_t, int warp, int lane)
 {
     #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
         #pragma unroll
-        for (int e = 0; e < 4; ++e) x[nt][e] = 0.0f;
-    // TODO(1): per 16-feature step kk: the A fragment of the warp's 16 rows of a_s (one ldmatrix_x4), then for every 16 rows of b_t one ldmatrix_x4 (no .trans) giving the B fragments of two 8-column tiles of x, and two mma_16816
+        for (int e = 0; e < 4; ++e) { x[nt][e] = 0.0f; y[nt][e] = 0.0f; }
+    #pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        product_t_step<D>(x, a_s, b_t, kk, warp, lane);
+        product_t_step<D>(y, c_s, d_t, kk, warp, lane);
+    }
 }
 
 // The C fragments of x (16 rows × BLOCK_M columns, float32) as A fragments of 16 × 16 (a[kk]: columns
@@ -303,17 +344,15 @@ flash_backward_tc(const elem_t* __restrict__ q, const elem_t* __restrict__ k, co
         const bool masked = (causal && k_start + BLOCK_N - 1 > m_start + offset)
                             || k_start + BLOCK_N > n_k || m_start + BLOCK_M > n_q;
 
-        // Pᵀ, then dV += Pᵀ dO with Pᵀ straight from the registers.
-        float pT[NT][4];
-        product_t<D>(pT, k_s, q_t, warp, lane);          // Sᵀ = K Qᵀ, unscaled
+        // Sᵀ = K Qᵀ (unscaled) and dPᵀ = V dOᵀ; Pᵀ, then dV += Pᵀ dO with Pᵀ straight from the registers.
+        float pT[NT][4], dsT[NT][4];
+        products_t<D>(pT, k_s, q_t, dsT, v_s, do_t, warp, lane);
         // TODO(2): turn pT from Sᵀ into Pᵀ in place: P = exp2(s · scale_log2 - lse · log2 e) with the query's lse from lse_t (natural log), and 0 where the key is past n_k, the query past n_q, or the key hidden by the causal mask
         unsigned a[QSTEPS][4];                           // A fragments: Pᵀ, then dSᵀ
         to_a_fragments(a, pT);
         add_product<D>(dv_acc, a, do_t, lane);
 
         // dSᵀ, then dK += dSᵀ Q, and dSᵀ into shared memory for dQ.
-        float dsT[NT][4];
-        product_t<D>(dsT, v_s, do_t, warp, lane);        // dPᵀ = V dOᵀ
         // TODO(4): turn dsT from dPᵀ into dSᵀ in place, dS = P · (dP - D) with P from pT and the query's D from delta_t; then its A fragments (to_a_fragments), dK += dSᵀ Q (add_product), and every register of the A fragments stored to ds_s[key][query] (swz<BLOCK_M>), where dQ reads them
         __syncthreads();                     // every warp's keys of dSᵀ are in ds_s
 
@@ -325,7 +364,7 @@ flash_backward_tc(const elem_t* __restrict__ q, const elem_t* __restrict__ k, co
         for (int dt = 0; dt < DQ_DT; ++dt)
             #pragma unroll
             for (int e = 0; e < 4; ++e) dq_frag[dt][e] = 0.0f;
-        // TODO(5): dQ += dS K over the block's keys, 16 at a time (kk): A = dS (queries 16 mq .. × keys 16 kk ..) from ds_s with ldmatrix_x4_trans (its matrices are not a[0] .. a[3] in order: lesson, section 5), B = K (k = key, n = feature) with ldmatrix_x4_trans of k_s; then atomicAdd every element of dq_frag into dq_acc (rows i < n_q)
+        // TODO(5): dQ += dS K over the block's keys, 16 at a time (kk): A = dS (queries 16 mq .. × keys 16 kk ..) from ds_s with ldmatrix_x4_trans of block16_across (lesson, section 3), B = K (k = key, n = feature) with ldmatrix_x4_trans of k_s; then atomic_add2 every pair of dq_frag into dq_acc (rows i < n_q)
     }
     cp_async_wait<0>();                      // no copy outlives the block
 

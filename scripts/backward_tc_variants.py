@@ -1,42 +1,228 @@
 #!/usr/bin/env python3
-"""Module 11's backward, in the variants its lesson compares: dQ by float32 atomics (the solution)
-against a separate dQ pass, and other tile configurations; checked on the emulator, compiled with
-nvcc, or checked and timed on a GPU next to PyTorch's FlashAttention-2 and cuDNN backward.
+"""Module 11's backward in the variants its lesson compares (section 12): the solution, the solution with
+one of its choices undone (an ablation), and the alternatives tried (dQ by a separate pass, other tiles,
+one barrier per step, K and V in registers, wider reductions). Every variant is the solution's own text
+with an edit, so it follows the solution. Checked on the emulator, compiled with nvcc, or checked and
+timed on a GPU next to PyTorch's FlashAttention-2 and cuDNN backward.
 
-    python scripts/backward_tc_variants.py --check     # module 11's cases on the CPU emulator, every variant
-    python scripts/backward_tc_variants.py --nvcc      # ptxas's registers and spills, every variant (sm_90)
-    python scripts/backward_tc_variants.py [--out F]   # on a GPU: check, then time (B=2, H=16, N=4096)
+    python scripts/backward_tc_variants.py --check            # module 11's cases on the CPU emulator
+    python scripts/backward_tc_variants.py --nvcc             # ptxas's registers and spills (sm_90, float16)
+    python scripts/backward_tc_variants.py --build DIR        # every variant's modules as cubins (nvcc, sm_90)
+    python scripts/backward_tc_variants.py [--cubins DIR] [--cases fp16-full] [--out F]
+                                                              # on a GPU: check, then time (B=2, H=16, N=4096)
+
+On a GPU each variant is compiled by NVRTC, as the grader does, unless --cubins names a folder that
+--build filled (nvcc here, where compiling costs no device time); a module not found there falls back
+to NVRTC. At 255 registers a thread the two builds of one source can differ by 10 % (lesson, section
+12): compare variants built the same way. --cases fp16-full times float16 without the causal mask only
+(d = 128 and 64); --only LABEL ... takes some variants; --no-check times without checking first;
+--write LABEL applies a variant's text edits to the solution file (how the solution's last choices
+were made: the fastest of the candidates, timed on the H100).
+
+The variants: the solution and the kernels it was chosen among; then, marked "ref:", one change each
+to a reference kernel (dQ's key loop fully unrolled, B of Sᵀ and dPᵀ read across first), the kernel
+the lesson's second table starts from; last, the 2026-11-26 solution's own choices.
 
 The separate dQ pass: the solution's kernel with its dQ step cut out (the text between two of its
 comments, not a copy), and a second kernel, one block per query tile, that owns its rows of dQ and
 writes them once. It recomputes S, P, dP and dS per (query tile, key tile) and needs no atomic: 7
 products instead of 5. It is built from the solution's own helpers with the roles of the tiles
 swapped: compiled with BLOCK_N = its query rows (16 per warp) and BLOCK_M = the keys of a step,
-product_t gives S = Q Kᵀ and dP = dO Vᵀ for a warp's 16 query rows, and add_product dQ += dS K.
+products_t gives S = Q Kᵀ and dP = dO Vᵀ for a warp's 16 query rows, and add_product dQ += dS K.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import functools
+import hashlib
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-spec = importlib.util.spec_from_file_location("solution_11", ROOT / "solutions" / "11_backward_tensor_cores.py")
-SOL = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(SOL)
+SOLUTION = ROOT / "solutions" / "11_backward_tensor_cores.py"
 
+
+def load_solution(name="solution_11"):
+    """A fresh copy of the solution module: its own KERNEL, CONFIG and compile cache."""
+    spec = importlib.util.spec_from_file_location(name, SOLUTION)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+SOL = load_solution()
 SEED = 0
 CHECK_CASES = ("tiny", "tile_plus_1", "gqa_4_to_1", "scores_far_below_zero", "causal_queries_past_key_tiles",
                "bf16_gqa_causal_d128")
 DQ_TILES = dict(DQ_ROWS=128, DQ_KEYS=64)      # the dQ kernel: query rows per block, keys per step
+
+# ---- edits of the solution's text ----------------------------------------------------------------------
+
+
+def replace(old: str, new: str):
+    """An edit: `old`, which must occur exactly once in the text, becomes `new`."""
+    def edit(text: str) -> str:
+        assert text.count(old) == 1, f"the solution's text has {text.count(old)} of {old[:90]!r}"
+        return text.replace(old, new)
+    return edit
+
+
+PRODUCTS_LOOP = """    #pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        product_t_step<D>(x, a_s, b_t, kk, warp, lane);
+        product_t_step<D>(y, c_s, d_t, kk, warp, lane);
+    }"""
+DQ_LOOP = re.compile(r"#pragma unroll( \d+)?\n(        for \(int kk = 0; kk < BLOCK_N / 16; \+\+kk\) \{)")
+ATOMIC = "for (int dt = 0; dt < DQ_DT; ++dt) atomic_add2(row + dt * 8, dq_frag[dt][2 * r], dq_frag[dt][2 * r + 1]);"
+ATOMIC_BLOCK = """        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int i = m_start + mq * 16 + g + 8 * r;
+            if (i < n_q) {
+                float* row = dq_acc + (bh + i) * D + fq * DQ_DT * 8 + 2 * t;
+                #pragma unroll
+                """ + ATOMIC + """
+            }
+        }"""
+
+# Sᵀ and dPᵀ one after the other, each in its own loop over the features.
+SPLIT_PRODUCTS = replace(PRODUCTS_LOOP, """    #pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) product_t_step<D>(x, a_s, b_t, kk, warp, lane);
+    #pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) product_t_step<D>(y, c_s, d_t, kk, warp, lane);""")
+FEATURE_LOOP = "    #pragma unroll\n    for (int kk = 0; kk < D / 16; ++kk)"
+
+
+def rolled_features(text: str) -> str:
+    """The products' loop(s) over the features kept rolled."""
+    assert text.count(FEATURE_LOOP) in (1, 2), "products_t's feature loop(s)"
+    return text.replace(FEATURE_LOOP, FEATURE_LOOP.replace("#pragma unroll", "#pragma unroll 1"))
+
+
+def features_unroll(n: int):
+    """The products' feature loop unrolled n times."""
+    return replace(PRODUCTS_LOOP, PRODUCTS_LOOP.replace("#pragma unroll", f"#pragma unroll {n}"))
+
+
+def dq_unroll(n: int | None):
+    """dQ's key loop unrolled n times (1: rolled; None: fully)."""
+    def edit(text: str) -> str:
+        assert len(DQ_LOOP.findall(text)) == 1, "dQ's key loop"
+        return DQ_LOOP.sub(lambda m: "#pragma unroll" + (f" {n}" if n else "") + "\n" + m.group(2), text)
+    return edit
+
+
+# The feature loop of the products and the key loop of dQ kept rolled, as the 2026-11-26 solution had them.
+ROLLED = (rolled_features, dq_unroll(1))
+# B of Sᵀ and dPᵀ read across first (block16_across): (b[0], b[1]) and (b[2], b[3]) are the two column
+# tiles, neighbouring registers, so the compiler needs no register moves before the mma.
+B_ACROSS = replace("""        ldmatrix_x4(b, b_t + block16<D>(np, kk, lane));
+        mma_16816(x[2 * np], a, b[0], b[2]);
+        mma_16816(x[2 * np + 1], a, b[1], b[3]);""", """        ldmatrix_x4(b, b_t + block16_across<D>(np, kk, lane));
+        mma_16816(x[2 * np], a, b[0], b[1]);
+        mma_16816(x[2 * np + 1], a, b[2], b[3]);""")
+# dS as A of dQ read with block16 (down first), its registers reordered {r[0], r[2], r[1], r[3]}.
+DS_ORDER = replace("""            unsigned ds_a[4];
+            ldmatrix_x4_trans(ds_a, ds_s + block16_across<BLOCK_M>(kk, mq, lane));""", """            unsigned r[4];
+            ldmatrix_x4_trans(r, ds_s + block16<BLOCK_M>(kk, mq, lane));
+            const unsigned ds_a[4] = {r[0], r[2], r[1], r[3]};""")
+# The kernel that the nvcc run of 2026-11-26 (section 12's second table) took as its reference: dQ's loop
+# fully unrolled and B read across first.
+REF = (dq_unroll(None), B_ACROSS)
+# dQ added 4 bytes at a time (two reductions per pair of features).
+SCALAR_ATOMICS = replace(ATOMIC, "for (int dt = 0; dt < DQ_DT; ++dt) { atomicAdd(row + dt * 8, dq_frag[dt][2 * r]); "
+                                 "atomicAdd(row + dt * 8 + 1, dq_frag[dt][2 * r + 1]); }")
+# dQ added 16 bytes at a time: lanes t and t ^ 1 swap half their pairs, so that each holds four
+# neighbouring features of one row (float4 atomicAdd, sm_90).
+FLOAT4_ATOMICS = replace(ATOMIC_BLOCK, """        const bool odd = t % 2;             // even t: row g, features 2t .. 2t + 3; odd t: row g + 8, 2t - 2 ..
+        const int i = m_start + mq * 16 + g + 8 * odd;
+        float* row = dq_acc + (bh + i) * D + fq * DQ_DT * 8 + 2 * (t - odd);
+        #pragma unroll
+        for (int dt = 0; dt < DQ_DT; ++dt) {
+            const float give0 = odd ? dq_frag[dt][0] : dq_frag[dt][2], give1 = odd ? dq_frag[dt][1] : dq_frag[dt][3];
+            const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+            const float4 x4 = odd ? make_float4(got0, got1, dq_frag[dt][2], dq_frag[dt][3])
+                                  : make_float4(dq_frag[dt][0], dq_frag[dt][1], got0, got1);
+            if (i < n_q) atomicAdd(reinterpret_cast<float4*>(row + dt * 8), x4);
+        }""")
+# A diagnostic, wrong on purpose: dQ computed but never added (the time of the reductions).
+NO_ATOMICS = replace(ATOMIC, "for (int dt = 0; dt < DQ_DT; ++dt) if (dq_frag[dt][2 * r] == 1234.5f) "
+                             "row[dt * 8] = dq_frag[dt][2 * r + 1];   // never: no reduction")
+
+DQ_START = "        // dQ of this step: warp w takes row tile"
+DQ_END = "        // END SOLUTION\n    }\n    cp_async_wait<0>();                      // no copy outlives the block"
+
+
+def one_barrier(text: str) -> str:
+    """One barrier per step: step it's dQ runs at step it + 1, after that step's barrier (which says every
+    warp stored its dSᵀ), from ds_s's other half (ds_s doubled); the last step's dQ after the loop."""
+    a, b = text.index(DQ_START), text.index(DQ_END)
+    dq = text[a:b].replace("ds_s + block16", "ds_b + block16")
+    text = (text[:a] + "    }\n    __syncthreads();\n    if (n_steps > 0) add_dq(n_steps - 1);\n"
+            "    cp_async_wait<0>();                      // no copy outlives the block" + text[b + len(DQ_END):])
+    step_dq = ("    auto add_dq = [&](int it) {      // dQ of step it, from its half of ds_s\n"
+               "        const int h = h_kv * group + it / m_tiles, m_start = m_begin + (it % m_tiles) * BLOCK_M;\n"
+               "        const size_t bh = (size_t)(b * H + h) * n_q;\n"
+               "        const elem_t* ds_b = ds_s + (it % 2) * BLOCK_N * BLOCK_M;\n" + dq + "    };\n\n")
+    for edit in (replace("    for (int it = 0; it < n_steps; ++it) {\n", step_dq + "    for (int it = 0; it < n_steps; ++it) {\n"),
+                 replace("        __syncthreads();                     // every warp's keys of dSᵀ are in ds_s\n\n", ""),
+                 replace("        cp_async_commit();\n\n        // Element e",
+                         "        cp_async_commit();\n        if (it > 0) add_dq(it - 1);\n"
+                         "        elem_t* ds_cur = ds_s + (it % 2) * BLOCK_N * BLOCK_M;\n\n        // Element e"),
+                 replace("*reinterpret_cast<unsigned*>(&ds_s[swz", "*reinterpret_cast<unsigned*>(&ds_cur[swz"),
+                 replace("elem_t* stages = ds_s + BLOCK_N * BLOCK_M;", "elem_t* stages = ds_s + 2 * BLOCK_N * BLOCK_M;")):
+        text = edit(text)
+    return text
+
+
+PRODUCTS_FROM_REGISTERS = r"""
+// products_t with the warp's A fragments (K's and V's rows, every feature step) already in registers.
+template <int D>
+__device__ __forceinline__ void products_t_reg(float (&x)[NT][4], const unsigned (&a)[D / 16][4], const elem_t* b_t,
+                                               float (&y)[NT][4], const unsigned (&c)[D / 16][4], const elem_t* d_t, int lane)
+{
+    #pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) { x[nt][e] = 0.0f; y[nt][e] = 0.0f; }
+    #pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+        #pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+            unsigned b[4], d[4];
+            ldmatrix_x4(b, b_t + block16_across<D>(np, kk, lane));
+            ldmatrix_x4(d, d_t + block16_across<D>(np, kk, lane));
+            mma_16816(x[2 * np], a[kk], b[0], b[1]);
+            mma_16816(x[2 * np + 1], a[kk], b[2], b[3]);
+            mma_16816(y[2 * np], c[kk], d[0], d[1]);
+            mma_16816(y[2 * np + 1], c[kk], d[2], d[3]);
+        }
+}
+
+"""
+# K's and V's A fragments of the warp's keys loaded once for the block's life (D / 4 registers each).
+KV_IN_REGISTERS = (
+    replace("// The C fragments of x (16 rows", PRODUCTS_FROM_REGISTERS + "// The C fragments of x (16 rows"),
+    replace("    // dV and dK / scale of the warp's 16 keys, summed",
+            "    // K and V of the warp's keys as A fragments, loaded once.\n"
+            "    cp_async_wait<1>();\n    __syncthreads();\n"
+            "    unsigned k_frag[D / 16][4], v_frag[D / 16][4];\n"
+            "    #pragma unroll\n    for (int kk = 0; kk < D / 16; ++kk) {\n"
+            "        ldmatrix_x4(k_frag[kk], k_s + block16<D>(warp, kk, lane));\n"
+            "        ldmatrix_x4(v_frag[kk], v_s + block16<D>(warp, kk, lane));\n    }\n\n"
+            "    // dV and dK / scale of the warp's 16 keys, summed"),
+    replace("products_t<D>(pT, k_s, q_t, dsT, v_s, do_t, warp, lane);",
+            "products_t_reg<D>(pT, k_frag, q_t, dsT, v_frag, do_t, lane);"),
+)
 
 # ---- the separate dQ pass ---------------------------------------------------------------------------
 
@@ -103,8 +289,7 @@ flash_backward_dq(const elem_t* __restrict__ q, const elem_t* __restrict__ k, co
         const bool masked = (causal && kv_start + BLOCK_M - 1 > q_start + offset)
                             || kv_start + BLOCK_M > n_k || q_start + BLOCK_N > n_q;
         float p[NT][4], ds[NT][4];
-        product_t<D>(p, q_s, k_t, warp, lane);           // S = Q Kᵀ: rows are queries here
-        product_t<D>(ds, do_s, v_t, warp, lane);         // dP = dO Vᵀ
+        products_t<D>(p, q_s, k_t, ds, do_s, v_t, warp, lane);   // S = Q Kᵀ, dP = dO Vᵀ: rows are queries here
         #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
             #pragma unroll
@@ -141,9 +326,12 @@ def cut(text: str, start: str, end: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def dq_pass_source() -> str:
-    """The solution's kernel without its dQ step (nor dSᵀ's stores to ds_s), then the dQ kernel."""
-    text = cut(SOL.KERNEL, "        // Register x of a[kk] holds key warp_key", "        // END SOLUTION\n        __syncthreads();")
+def dq_pass_source(edits=()) -> str:
+    """The solution's kernel (with `edits`) without its dQ step (nor dSᵀ's stores to ds_s), then the dQ kernel."""
+    text = SOL.KERNEL
+    for edit in edits:
+        text = edit(text)
+    text = cut(text, "        // Register x of a[kk] holds key warp_key", "        // END SOLUTION\n        __syncthreads();")
     text = cut(text, "        __syncthreads();                     // every warp's keys of dSᵀ are in ds_s",
                "    }\n    cp_async_wait<0>();                      // no copy outlives the block")
     return text + DQ_KERNEL
@@ -154,26 +342,25 @@ def _options(config, elem):
 
 
 @functools.lru_cache(maxsize=None)
-def _modules(rt, elem, config):
-    cfg = dict(config)
-    main = rt.compile(dq_pass_source(), options=_options(config, elem),
-                      name_expressions=[f"flash_backward_tc<{d}>" for d in SOL.HEAD_DIMS])
+def _dq_modules(rt, elem, config, d, edits=()):
+    source = dq_pass_source(edits)
+    main = rt.compile(source, options=_options(config, elem), name_expressions=[f"flash_backward_tc<{d}>"])
     swapped = (("BLOCK_M", DQ_TILES["DQ_KEYS"]), ("BLOCK_N", DQ_TILES["DQ_ROWS"]))
-    dq = rt.compile(dq_pass_source(), options=_options(swapped, elem),
-                    name_expressions=[f"flash_backward_dq<{d}>" for d in SOL.HEAD_DIMS])
-    return main, dq, cfg
+    dq = rt.compile(source, options=_options(swapped, elem), name_expressions=[f"flash_backward_dq<{d}>"])
+    return main, dq
 
 
 def dq_pass_shared_bytes(d):
     return SOL.ELEMENT_BYTES * d * (2 * DQ_TILES["DQ_ROWS"] + 4 * DQ_TILES["DQ_KEYS"])
 
 
-def dq_pass_backward(rt, q, k, v, o, lse, do, scale, causal=False, dtype=None):
+def dq_pass_backward(rt, q, k, v, o, lse, do, scale, causal=False, dtype=None, edits=()):
     """The solution's interface; dK and dV from its kernel less the dQ step, dQ from flash_backward_dq."""
     B, H, n_q, d = q.shape
     H_kv, n_k = k.shape[1], k.shape[2]
     elem = SOL.element_type((q, k, v, o, do), dtype)
-    main, dq_mod, cfg = _modules(rt, elem, tuple(SOL.CONFIG[d].items()))
+    cfg = SOL.CONFIG[d]
+    main, dq_mod = _dq_modules(rt, elem, tuple(cfg.items()), d, tuple(edits))
     dq, dk, dv = rt.empty(q.shape, q.dtype), rt.empty(k.shape, q.dtype), rt.empty(k.shape, q.dtype)
     scratch, delta = rt.empty(q.shape, "float32"), rt.empty((B, H, n_q), "float32")
     rows = B * H * n_q
@@ -195,129 +382,288 @@ def dq_pass_backward(rt, q, k, v, o, lse, do, scale, causal=False, dtype=None):
     return dq, dk, dv
 
 
-def with_config(d, **tiles):
-    """The solution with CONFIG[d] changed (tuning scripts set CONFIG rather than rewrite the text)."""
-    def run(rt, *args, **kw):
-        saved = SOL.CONFIG
-        SOL.CONFIG = {**saved, d: dict(saved[d], **tiles)}
-        try:
-            return SOL.flash_backward_tc(rt, *args, **kw)
-        finally:
-            SOL.CONFIG = saved
-    return run
+# ---- the variants -------------------------------------------------------------------------------------
 
 
+@dataclass
+class Variant:
+    label: str
+    edits: tuple = ()          # text edits of the solution's KERNEL, in order
+    config: dict = field(default_factory=dict)   # d -> tile changes (BLOCK_M, BLOCK_N) against CONFIG[d]
+    dims: tuple = (128, 64)
+    ds_halves: int = 1         # 2: ds_s doubled (one barrier per step)
+    check: bool = True         # False: a diagnostic that computes a wrong dQ on purpose
+    separate_dq: bool = False
+
+    @functools.cached_property
+    def module(self):
+        """The solution's Python with this variant's KERNEL and CONFIG (its own compile cache)."""
+        mod = load_solution("solution_11_" + re.sub(r"\W+", "_", self.label))
+        text = mod.KERNEL
+        for edit in self.edits:
+            text = edit(text)
+        mod.KERNEL = text
+        mod.CONFIG = {d: dict(mod.CONFIG[d], **self.config.get(d, {})) for d in mod.CONFIG}
+        if self.ds_halves != 1:
+            base = mod.shared_bytes
+            mod.shared_bytes = lambda d: base(d) + (self.ds_halves - 1) * mod.ELEMENT_BYTES * \
+                mod.CONFIG[d]["BLOCK_M"] * mod.CONFIG[d]["BLOCK_N"]
+        return mod
+
+    def backward(self, rt, *args, **kw):
+        if self.separate_dq:
+            return dq_pass_backward(rt, *args, edits=self.edits, **kw)
+        return self.module.flash_backward_tc(rt, *args, **kw)
+
+    def compile_all(self, rt, elem, d):
+        """Every compile a call at head dimension d makes (for --build: rt records them)."""
+        if self.separate_dq:
+            _dq_modules.__wrapped__(rt, elem, tuple(SOL.CONFIG[d].items()), d, tuple(self.edits))
+        else:
+            mod = self.module
+            mod._module.__wrapped__(rt, elem, tuple(mod.CONFIG[d].items()))
+
+
+BN64 = {128: dict(BLOCK_M=32, BLOCK_N=64), 64: dict(BLOCK_M=64, BLOCK_N=64)}
 VARIANTS = [
-    ("atomics (the solution)", SOL.flash_backward_tc),
-    ("separate dQ pass", dq_pass_backward),
-    ("atomics, d=128 BLOCK_M=64", with_config(128, BLOCK_M=64)),
+    # The solution, and the kernels it was chosen among (built by NVRTC, as the grader builds them).
+    Variant("the solution"),
+    Variant("B read across first", (B_ACROSS,)),
+    Variant("B across, dQ fully unrolled", REF),
+    Variant("B across, dQ unrolled 2 times", (dq_unroll(2), B_ACROSS)),
+    Variant("dQ fully unrolled, dS reordered", (dq_unroll(None), DS_ORDER)),
+    Variant("B across, dS reordered", (B_ACROSS, DS_ORDER)),
+    Variant("dS reordered", (DS_ORDER,)),
+    Variant("B across, Sᵀ and dPᵀ in two loops", (B_ACROSS, SPLIT_PRODUCTS)),
+    Variant("B across, feature loop unrolled 4 times", (B_ACROSS, features_unroll(4))),
+    Variant("B across, one barrier per step", (B_ACROSS, one_barrier), ds_halves=2),
+    Variant("one barrier per step", (one_barrier,), ds_halves=2),
+    # On the reference REF (dQ fully unrolled, B across): one change each.
+    Variant("ref: Sᵀ and dPᵀ in two loops", REF + (SPLIT_PRODUCTS,)),
+    Variant("ref: loops rolled (#pragma unroll 1)", REF + ROLLED),
+    Variant("ref: dQ's key loop rolled", (dq_unroll(1), B_ACROSS)),
+    Variant("ref: dQ in 4-byte reductions", REF + (SCALAR_ATOMICS,)),
+    Variant("ref: dQ in 16-byte reductions (shuffles)", REF + (FLOAT4_ATOMICS,)),
+    Variant("ref: no dQ reductions (diagnostic, dQ wrong)", REF + (NO_ATOMICS,), check=False),
+    Variant("ref: separate dQ pass", REF, separate_dq=True),
+    Variant("ref: BLOCK_M = 64 at d = 128", REF, config={128: dict(BLOCK_M=64)}, dims=(128,)),
+    Variant("ref: BLOCK_M = 32 at d = 64", REF, config={64: dict(BLOCK_M=32)}, dims=(64,)),
+    Variant("ref: BLOCK_N = 64, 4 warps, 2 blocks per SM", REF, config=BN64),
+    Variant("ref: one barrier per step", REF + (one_barrier,), ds_halves=2),
+    Variant("ref: K and V fragments in registers", REF + KV_IN_REGISTERS, dims=(64,)),
+    Variant("ref: K and V in registers, BLOCK_M = 32", REF + KV_IN_REGISTERS, config={64: dict(BLOCK_M=32)}, dims=(64,)),
+    # The 2026-11-26 solution's choices: two loops, both rolled, dS reordered, 4-byte reductions.
+    Variant("the 2026-11-26 kernel's choices", (SPLIT_PRODUCTS,) + ROLLED + (DS_ORDER, SCALAR_ATOMICS)),
 ]
+
+# ---- nvcc builds: --nvcc, --build, and the GPU runtime that loads them ---------------------------------
+
+
+def module_key(source: str, options, names) -> str:
+    return hashlib.sha1("\0".join((source, *options, "", *(names or ()))).encode()).hexdigest()[:20]
+
+
+class Recorder:
+    """Stands in for a runtime: records what would be compiled."""
+    def __init__(self):
+        self.builds = {}
+
+    def compile(self, source, options=(), name_expressions=None):
+        self.builds[module_key(source, options, name_expressions)] = (source, tuple(options),
+                                                                       tuple(name_expressions or ()))
+
+
+def nvcc_build(source, options, names, cubin: Path):
+    """One module with nvcc (sm_90), as NVRTC would build it; -> (ptxas report, {name expression: symbol})."""
+    from grader.runtimes.base import full_source
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.cu"
+        inst = "".join(f"\nstatic void* const instantiate_{i} = (void*){n};" for i, n in enumerate(names))
+        src.write_text(full_source(source) + inst + "\n")
+        cmd = ["nvcc", "-arch=sm_90", "-cubin", "-std=c++17", "-Xptxas", "-v", *options, "-o", str(cubin), str(src)]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode:
+        raise RuntimeError(p.stderr[-2000:])
+    report, current = {}, None
+    for line in p.stderr.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)'", line)
+        if m:
+            current = m.group(1)
+        elif current and ("spill" in line or "registers" in line):
+            report[current] = (report.get(current, "") + " " + line.split(":", 1)[-1].strip()).strip()
+    symbols = subprocess.run(["nm", str(cubin)], capture_output=True, text=True).stdout.split()
+    table = {}
+    for n in names:
+        m = re.fullmatch(r"(\w+)<(\d+)>", n)
+        prefix = f"_Z{len(m.group(1))}{m.group(1)}ILi{m.group(2)}E" if m else n
+        table[n] = next(s for s in symbols if s == n or s.startswith(prefix))
+    return report, table
+
+
+def build(directory: str | None, elems=("float16", "bfloat16")) -> int:
+    """Every variant's modules into `directory` (cubins and manifest.json); prints registers and spills of
+    the backward kernels (float16)."""
+    out = Path(directory) if directory else Path(tempfile.mkdtemp())
+    out.mkdir(parents=True, exist_ok=True)
+    jobs, labels = {}, {}
+    for v in VARIANTS:
+        for d in v.dims:
+            for elem in elems:
+                rec = Recorder()
+                v.compile_all(rec, elem, d)
+                for key, b in rec.builds.items():
+                    jobs[key] = b
+                    if elem == "float16":
+                        labels.setdefault(key, []).append((v.label, d))
+
+    def one(item):
+        key, (source, options, names) = item
+        try:
+            report, table = nvcc_build(source, options, names, out / f"{key}.cubin")
+            return key, dict(cubin=f"{key}.cubin", names=table), report, None
+        except Exception as e:
+            return key, None, {}, str(e)
+
+    manifest, failed = {}, 0
+    with ThreadPoolExecutor(2) as ex:
+        for key, entry, report, err in ex.map(one, jobs.items()):
+            failed += err is not None
+            if entry:
+                manifest[key] = entry
+            for label, d in labels.get(key, []):
+                regs = " | ".join(f"{k.split('ILi')[0][4:]}: {r}" for k, r in report.items()
+                                  if "flash_backward" in k and f"ILi{d}E" in k)
+                print(f"{label + f', d={d}':52} " + (regs if err is None else "FAILED: " + err[-400:]), flush=True)
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return failed
+
+
+class _CubinModule:
+    def __init__(self, path, names):
+        import cupy
+        self._raw, self._names = cupy.RawModule(path=str(path)), names
+
+    def get_function(self, name):
+        return self._raw.get_function(self._names.get(name, name))
+
+
+class CubinRuntime:
+    """The GPU runtime, but compile() loads the module --build made for the same source and options."""
+    def __init__(self, rt, directory):
+        self._rt, self._dir = rt, Path(directory)
+        self._manifest = json.loads((self._dir / "manifest.json").read_text())
+        self._cache = {}
+
+    def __getattr__(self, name):
+        return getattr(self._rt, name)
+
+    def compile(self, source, options=(), name_expressions=None):
+        from grader.runtimes.base import parse_signatures
+        from grader.runtimes.gpu import GpuModule
+        key = module_key(source, options, name_expressions)
+        entry = self._manifest.get(key)
+        if entry is None:
+            print(f"  (no cubin for module {key}: NVRTC)", flush=True)
+            return self._rt.compile(source, options, name_expressions)
+        if key not in self._cache:
+            self._cache[key] = GpuModule(self._rt, _CubinModule(self._dir / entry["cubin"], entry["names"]),
+                                         parse_signatures(source))
+        return self._cache[key]
+
 
 # ---- checks -------------------------------------------------------------------------------------------
 
 
-def run_checks(rt, names=CHECK_CASES) -> int:
+def run_checks(rt, names=CHECK_CASES) -> set:
+    """The labels of the variants that fail one of module 11's cases (diagnostics are not checked)."""
     from grader.catalogue import resolve
     from grader.engine.runner import run_case
     from grader.tasks import load_task
     ex = resolve("11_backward_tensor_cores")
     cases = {c.name: c for c in load_task(ex).CASES}
-    failures = 0
-    for label, fn in VARIANTS:
+    failed = set()
+    for v in VARIANTS:
+        if not v.check:
+            continue
         for name in names:
+            if cases[name].params["d"] not in v.dims:
+                continue
             t0 = time.time()
-            res = run_case(ex, cases[name], fn, rt, SEED, Path(__file__))
-            failures += not res.passed
+            res = run_case(ex, cases[name], v.backward, rt, SEED, Path(__file__))
+            if not res.passed:
+                failed.add(v.label)
             err = f"rel err {res.rel_err:.2e}" if res.rel_err is not None else ""
-            print(f"  {'ok  ' if res.passed else 'FAIL'} {label:28} {name:32} {err}  ({time.time() - t0:.1f} s)",
+            print(f"  {'ok  ' if res.passed else 'FAIL'} {v.label:44} {name:32} {err}  ({time.time() - t0:.1f} s)",
                   flush=True)
             if not res.passed:
                 print("       " + res.message.replace("\n", "\n       "), flush=True)
-    return failures
-
-
-def ptxas_report(log: str, name: str) -> str:
-    """The registers and spills ptxas reports for the kernel whose (mangled) name holds `name`."""
-    out, current = [], None
-    for line in log.splitlines():
-        if "Compiling entry function" in line:
-            current = name in line
-        elif current and ("spill" in line or "registers" in line):
-            out.append(line.split(":", 1)[-1].strip())
-    return " | ".join(out)
-
-
-def nvcc_compile() -> int:
-    """ptxas -v of every variant's kernels at d = 64 and 128, float16, for sm_90."""
-    prelude = "#define M_LOG2E_F 1.4426950408889634f\n#define M_LN2_F 0.6931471805599453f\n"
-    builds = []
-    for d in SOL.HEAD_DIMS:
-        builds.append((f"solution d={d}", SOL.KERNEL, "flash_backward_tc", d, SOL.CONFIG[d]))
-        builds.append((f"dQ pass: main d={d}", dq_pass_source(), "flash_backward_tc", d, SOL.CONFIG[d]))
-        builds.append((f"dQ pass: dQ kernel d={d}", dq_pass_source(), "flash_backward_dq", d,
-                       dict(BLOCK_M=DQ_TILES["DQ_KEYS"], BLOCK_N=DQ_TILES["DQ_ROWS"])))
-    builds.append(("solution d=128 BLOCK_M=64", SOL.KERNEL, "flash_backward_tc", 128, dict(SOL.CONFIG[128], BLOCK_M=64)))
-    failed = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        for label, text, name, d, cfg in builds:
-            src = Path(tmp) / "k.cu"
-            src.write_text(prelude + text + f"\nstatic void* const instantiate = (void*){name}<{d}>;\n")
-            cmd = ["nvcc", "-arch=sm_90", "-cubin", "-o", str(Path(tmp) / "k.cubin"), "-Xptxas", "-v", "-ftz=true",
-                   *(f"-D{key}={val}" for key, val in cfg.items()), "-DUSE_BF16=0", str(src)]
-            p = subprocess.run(cmd, capture_output=True, text=True)
-            failed += p.returncode != 0
-            print(f"{label:30} " + (ptxas_report(p.stderr, name) if p.returncode == 0 else p.stderr[-300:]))
     return failed
 
 
 # ---- timing on a GPU ----------------------------------------------------------------------------------
 
 
-def gpu_main(out_path: str | None) -> int:
+def write_variant(label: str) -> int:
+    """The solution file with the variant's text edits (tile changes are not text: refused)."""
+    v = next(v for v in VARIANTS if v.label == label)
+    if v.config or v.separate_dq or v.ds_halves != 1:
+        raise SystemExit(f"{label!r} changes more than the kernel's text")
+    text = SOLUTION.read_text()
+    for edit in v.edits:
+        text = edit(text)
+    SOLUTION.write_text(text)
+    print(f"wrote {SOLUTION.relative_to(ROOT)}: {label}")
+    return 0
+
+
+def gpu_main(out_path: str | None, cubins: str | None, cases: str, check: bool = True) -> int:
     import numpy as np
     from grader.attention.baselines import backward_flops, torch_sdpa_backward
     from grader.bench import time_gpu
     from grader.runtimes import get_runtime
     from grader.spec import BenchContext
     rt = get_runtime("gpu")
+    vrt = CubinRuntime(rt, cubins) if cubins else rt
     cp = rt.xp
-    print(f"# {rt.device_name}, CuPy {cp.__version__}\n\n## Correctness: module 11's cases on the GPU, every variant")
-    if run_checks(rt):
-        print("\ncheck(s) FAILED: no timing")
-        return 1
+    print(f"# {rt.device_name}, CuPy {cp.__version__}; variants built by "
+          f"{'nvcc (--cubins ' + cubins + ')' if cubins else 'NVRTC'}\n\n## Correctness: module 11's cases on the GPU")
+    failed = run_checks(vrt) if check else set()
     sol06 = importlib.util.spec_from_file_location("solution_06", ROOT / "solutions" / "06_flash_tensor_cores.py")
     fwd = importlib.util.module_from_spec(sol06)
     sol06.loader.exec_module(fwd)
     rows = []
-    for d in (128, 64):
-        for dtype in ("float16", "bfloat16"):
-            for causal in (False, True):
-                p = dict(B=2, H=16, Hkv=16, Nq=4096, Nk=4096, d=d, dtype=dtype, causal=causal)
-                rng = np.random.default_rng(d)
-                x = {n: rng.standard_normal((2, 16, 4096, d)).astype(np.float32) for n in ("q", "k", "v", "do")}
-                if dtype == "float16":
-                    dev = {n: cp.asarray(a.astype(np.float16)) for n, a in x.items()}
-                else:
-                    from grader.attention.lowp import bf16_bits
-                    dev = {n: cp.asarray(bf16_bits(a)) for n, a in x.items()}
-                kw = dict(causal=causal, dtype=dtype if dtype == "bfloat16" else None)
-                dev["scale"], dev["causal"] = d ** -0.5, causal
-                dev["o"], dev["lse"] = fwd.flash_tc(rt, dev["q"], dev["k"], dev["v"], dev["scale"], **kw)
-                ctx = BenchContext(rt, dev, p, None)
-                contenders = [(label, (lambda fn=fn: fn(rt, dev["q"], dev["k"], dev["v"], dev["o"], dev["lse"],
-                                                         dev["do"], dev["scale"], **kw))) for label, fn in VARIANTS]
-                contenders += [(f"torch {name}", (lambda run=torch_sdpa_backward(backend): run(ctx)))
-                               for name, backend in (("FA2", "FLASH_ATTENTION"), ("cuDNN", "CUDNN_ATTENTION"))]
-                for label, fn in contenders:
-                    try:
-                        ms = float(np.median(time_gpu(fn, rt, warmup=3, reps=20)))
-                    except Exception as e:
-                        print(f"  {label}: not timed ({type(e).__name__}: {str(e).splitlines()[0]})")
-                        continue
-                    rows.append(dict(variant=label, d=d, dtype=dtype, causal=causal, ms=ms,
-                                     tflops=backward_flops(p) / (ms * 1e-3) / 1e12))
-                    print(f"  {dtype:8} d={d:<3} {'causal' if causal else 'full  '} {label:28} {ms:8.3f} ms "
-                          f"{rows[-1]['tflops']:6.1f} TFLOP/s", flush=True)
+    shapes = [(d, dtype, causal) for d in (128, 64) for dtype in ("float16", "bfloat16") for causal in (False, True)]
+    if cases == "fp16-full":
+        shapes = [s for s in shapes if s[1] == "float16" and not s[2]]
+    print("\n## Timing (median of 20 runs after 3, CUDA events)")
+    for d, dtype, causal in shapes:
+        p = dict(B=2, H=16, Hkv=16, Nq=4096, Nk=4096, d=d, dtype=dtype, causal=causal)
+        rng = np.random.default_rng(d)
+        x = {n: rng.standard_normal((2, 16, 4096, d)).astype(np.float32) for n in ("q", "k", "v", "do")}
+        if dtype == "float16":
+            dev = {n: cp.asarray(a.astype(np.float16)) for n, a in x.items()}
+        else:
+            from grader.attention.lowp import bf16_bits
+            dev = {n: cp.asarray(bf16_bits(a)) for n, a in x.items()}
+        kw = dict(causal=causal, dtype=dtype if dtype == "bfloat16" else None)
+        dev["scale"], dev["causal"] = d ** -0.5, causal
+        dev["o"], dev["lse"] = fwd.flash_tc(rt, dev["q"], dev["k"], dev["v"], dev["scale"], **kw)
+        ctx = BenchContext(rt, dev, p, None)
+        args = (dev["q"], dev["k"], dev["v"], dev["o"], dev["lse"], dev["do"], dev["scale"])
+        contenders = [(v.label, (lambda v=v: v.backward(vrt, *args, **kw)))
+                      for v in VARIANTS if d in v.dims and v.label not in failed]
+        contenders += [(f"torch {name}", (lambda run=torch_sdpa_backward(backend): run(ctx)))
+                       for name, backend in (("FA2", "FLASH_ATTENTION"), ("cuDNN", "CUDNN_ATTENTION"))]
+        for label, fn in contenders:
+            try:
+                ms = float(np.median(time_gpu(fn, rt, warmup=3, reps=20)))
+            except Exception as e:
+                print(f"  {label}: not timed ({type(e).__name__}: {str(e).splitlines()[0]})")
+                continue
+            rows.append(dict(variant=label, d=d, dtype=dtype, causal=causal, ms=ms,
+                             tflops=backward_flops(p) / (ms * 1e-3) / 1e12))
+            print(f"  {dtype:8} d={d:<3} {'causal' if causal else 'full  '} {label:44} {ms:8.3f} ms "
+                  f"{rows[-1]['tflops']:6.1f} TFLOP/s", flush=True)
     fa2 = {(r["d"], r["dtype"], r["causal"]): r["ms"] for r in rows if r["variant"] == "torch FA2"}
     print("\n| variant | dtype | d | mask | ms | TFLOP/s | × FA2 |\n|---|---|---|---|---|---|---|")
     for r in rows:
@@ -325,10 +671,14 @@ def gpu_main(out_path: str | None) -> int:
         x = f"{fa2[key] / r['ms']:.2f}×" if key in fa2 else "—"
         print(f"| {r['variant']} | {r['dtype']} | {r['d']} | {'causal' if r['causal'] else 'full'} | "
               f"{r['ms']:.3f} | {r['tflops']:.0f} | {x} |")
+    if failed:
+        print(f"\nFAILED checks (not timed): {sorted(failed)}")
     if out_path:
         Path(out_path).write_text(json.dumps(dict(gpu=rt.device_name, date=datetime.date.today().isoformat(),
-                                                  script="scripts/backward_tc_variants.py", rows=rows), indent=1) + "\n")
-    return 0
+                                                  script="scripts/backward_tc_variants.py",
+                                                  built="nvcc (--cubins)" if cubins else "NVRTC",
+                                                  failed=sorted(failed), rows=rows), indent=1) + "\n")
+    return 1 if failed else 0
 
 
 def main() -> int:
@@ -336,14 +686,29 @@ def main() -> int:
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="check every variant on the CPU emulator only")
     mode.add_argument("--nvcc", action="store_true", help="compile every variant with the local nvcc for sm_90")
+    mode.add_argument("--build", metavar="DIR", help="compile every variant's modules into DIR (cubins)")
+    ap.add_argument("--cubins", metavar="DIR", help="GPU mode: load the modules --build made in DIR")
+    ap.add_argument("--cases", choices=("all", "fp16-full"), default="all", help="GPU mode: the shapes to time")
     ap.add_argument("--out", help="GPU mode: also write the figures to this JSON file")
+    ap.add_argument("--only", nargs="+", metavar="LABEL", help="only these variants (labels as in the table)")
+    ap.add_argument("--no-check", action="store_true", help="GPU mode: time without checking first")
+    mode.add_argument("--write", metavar="LABEL", help="apply this variant's text edits to the solution file")
     args = ap.parse_args()
+    if args.only:
+        unknown = set(args.only) - {v.label for v in VARIANTS}
+        if unknown:
+            ap.error(f"no variant labelled {sorted(unknown)}")
+        VARIANTS[:] = [v for v in VARIANTS if v.label in args.only]
+    if args.write:
+        return write_variant(args.write)
     if args.check:
         from grader.runtimes import get_runtime
         return 1 if run_checks(get_runtime("cpu")) else 0
     if args.nvcc:
-        return 1 if nvcc_compile() else 0
-    return gpu_main(args.out)
+        return 1 if build(None, elems=("float16",)) else 0
+    if args.build:
+        return 1 if build(args.build) else 0
+    return gpu_main(args.out, args.cubins, args.cases, check=not args.no_check)
 
 
 if __name__ == "__main__":

@@ -154,6 +154,30 @@ __device__ __forceinline__ int block16(int r16, int c16, int lane)
     return swz<W>(r16 * 16 + lane % 16, c16 * 16 + (lane / 16) * 8);
 }
 
+// The same block with its matrices across first: lanes 0-7 give rows 0-7 at column 0, lanes 8-15 the
+// same rows at column 8, lanes 16-31 rows 8-15 likewise. Matrices: 0 = rows 0-7 × cols 0-7, 1 = rows
+// 0-7 × cols 8-15, 2 = rows 8-15 × cols 0-7, 3 = rows 8-15 × cols 8-15. dQ reads dSᵀ this way: with
+// .trans, these are A's a[0] .. a[3] in order, four registers side by side as mma takes them, where
+// block16's order would need them reordered, and the compiler to move registers (lesson, section 3).
+template <int W>
+__device__ __forceinline__ int block16_across(int r16, int c16, int lane)
+{
+    return swz<W>(r16 * 16 + (lane / 16) * 8 + lane % 8, c16 * 16 + ((lane / 8) % 2) * 8);
+}
+
+// dst[0] += lo, dst[1] += hi in global memory, atomically, the result unused (a reduction, RED): one
+// 8-byte reduction on sm_90 (float2 atomicAdd, Hopper and later), two 4-byte ones before it. dst is
+// 8-byte aligned.
+__device__ __forceinline__ void atomic_add2(float* dst, float lo, float hi)
+{
+#if __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2*>(dst), make_float2(lo, hi));
+#else
+    atomicAdd(dst, lo);
+    atomicAdd(dst + 1, hi);
+#endif
+}
+
 // D_i = sum_c dO[i, c] · O[i, c] in float32, one warp per row of the flattened [rows, d] arrays; the
 // row of the float32 dQ accumulator set to 0 for flash_backward_tc's atomics.
 extern "C" __global__ void backward_preprocess(const elem_t* __restrict__ o, const elem_t* __restrict__ dout,
@@ -177,34 +201,49 @@ extern "C" __global__ void backward_preprocess(const elem_t* __restrict__ o, con
 }
 
 // ---- The products of one step, per warp -----------------------------------------------------------
-// x = (the warp's 16 rows of a_s) · (the 16 · QSTEPS rows of b_t)ᵀ: Sᵀ = K Qᵀ with (k_s, Q tile) and
-// dPᵀ = V dOᵀ with (v_s, dO tile). x[nt] is the C fragment of rows warp_row + g (+ 8) of a_s, columns
-// (rows of b_t) 8 nt + 2t (+ 1). Both tiles are [row][feature] with D features, summed 16 at a time.
+// One 16-feature step kk of x += (the warp's 16 rows of a_s) · (the 16 · QSTEPS rows of b_t)ᵀ: Sᵀ = K Qᵀ
+// with (k_s, Q tile), dPᵀ = V dOᵀ with (v_s, dO tile). x[nt] is the C fragment of rows warp_row + g (+ 8)
+// of a_s, columns (rows of b_t) 8 nt + 2t (+ 1). Both tiles are [row][feature] with D features.
 template <int D>
-__device__ __forceinline__ void product_t(float (&x)[NT][4], const elem_t* a_s, const elem_t* b_t, int warp, int lane)
+__device__ __forceinline__ void product_t_step(float (&x)[NT][4], const elem_t* a_s, const elem_t* b_t, int kk,
+                                               int warp, int lane)
+{
+    // BEGIN SOLUTION TODO(1): the A fragment of the warp's 16 rows of a_s at features 16 kk .. (one ldmatrix_x4), then for every 16 rows of b_t one ldmatrix_x4 (no .trans) giving the B fragments of two 8-column tiles of x, and two mma_16816
+    // a_s is stored [key][feature], row-major like A: matrices 0 .. 3 are a[0] .. a[3].
+    unsigned a[4];
+    ldmatrix_x4(a, a_s + block16<D>(warp, kk, lane));
+    #pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+        // B = b_tᵀ (k = feature, n = query): stored [query][feature], it is Bᵀ stored row-major, the
+        // "col" layout, as K was in module 06. Queries 16 np ..: (b[0], b[2]) is column tile 2np,
+        // (b[1], b[3]) column tile 2np + 1. (block16_across would make them neighbours and spare the
+        // compiler its register moves; measured, it is slower here: lesson, section 12.)
+        unsigned b[4];
+        ldmatrix_x4(b, b_t + block16<D>(np, kk, lane));
+        mma_16816(x[2 * np], a, b[0], b[2]);
+        mma_16816(x[2 * np + 1], a, b[1], b[3]);
+    }
+    // END SOLUTION
+}
+
+// x = a_s · b_tᵀ and y = c_s · d_tᵀ (the warp's 16 rows of a_s and c_s), summed over the D features: Sᵀ
+// and dPᵀ. The two products share nothing, so they share the loop: each feature step issues both, twice
+// the independent loads and mma for the warp to overlap. Fully unrolled (D / 16 steps), like the other
+// loops of the step but dQ's: with the whole step in view, the compiler issues loads well ahead of the
+// mma that use them (lesson, section 12).
+template <int D>
+__device__ __forceinline__ void products_t(float (&x)[NT][4], const elem_t* a_s, const elem_t* b_t,
+                                           float (&y)[NT][4], const elem_t* c_s, const elem_t* d_t, int warp, int lane)
 {
     #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
         #pragma unroll
-        for (int e = 0; e < 4; ++e) x[nt][e] = 0.0f;
-    // BEGIN SOLUTION TODO(1): per 16-feature step kk: the A fragment of the warp's 16 rows of a_s (one ldmatrix_x4), then for every 16 rows of b_t one ldmatrix_x4 (no .trans) giving the B fragments of two 8-column tiles of x, and two mma_16816
-    #pragma unroll 1
+        for (int e = 0; e < 4; ++e) { x[nt][e] = 0.0f; y[nt][e] = 0.0f; }
+    #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-        // a_s is stored [key][feature], row-major like A: matrices 0 .. 3 are a[0] .. a[3].
-        unsigned a[4];
-        ldmatrix_x4(a, a_s + block16<D>(warp, kk, lane));
-        #pragma unroll
-        for (int np = 0; np < NT / 2; ++np) {
-            // B = b_tᵀ (k = feature, n = query): stored [query][feature], it is Bᵀ stored row-major,
-            // the "col" layout, as K was in module 06. Queries 16 np ..: (b[0], b[2]) is column tile
-            // 2np, (b[1], b[3]) column tile 2np + 1.
-            unsigned b[4];
-            ldmatrix_x4(b, b_t + block16<D>(np, kk, lane));
-            mma_16816(x[2 * np], a, b[0], b[2]);
-            mma_16816(x[2 * np + 1], a, b[1], b[3]);
-        }
+        product_t_step<D>(x, a_s, b_t, kk, warp, lane);
+        product_t_step<D>(y, c_s, d_t, kk, warp, lane);
     }
-    // END SOLUTION
 }
 
 // The C fragments of x (16 rows × BLOCK_M columns, float32) as A fragments of 16 × 16 (a[kk]: columns
@@ -334,9 +373,9 @@ flash_backward_tc(const elem_t* __restrict__ q, const elem_t* __restrict__ k, co
         const bool masked = (causal && k_start + BLOCK_N - 1 > m_start + offset)
                             || k_start + BLOCK_N > n_k || m_start + BLOCK_M > n_q;
 
-        // Pᵀ, then dV += Pᵀ dO with Pᵀ straight from the registers.
-        float pT[NT][4];
-        product_t<D>(pT, k_s, q_t, warp, lane);          // Sᵀ = K Qᵀ, unscaled
+        // Sᵀ = K Qᵀ (unscaled) and dPᵀ = V dOᵀ; Pᵀ, then dV += Pᵀ dO with Pᵀ straight from the registers.
+        float pT[NT][4], dsT[NT][4];
+        products_t<D>(pT, k_s, q_t, dsT, v_s, do_t, warp, lane);
         // BEGIN SOLUTION TODO(2): turn pT from Sᵀ into Pᵀ in place: P = exp2(s · scale_log2 - lse · log2 e) with the query's lse from lse_t (natural log), and 0 where the key is past n_k, the query past n_q, or the key hidden by the causal mask
         #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
@@ -357,8 +396,6 @@ flash_backward_tc(const elem_t* __restrict__ q, const elem_t* __restrict__ k, co
         add_product<D>(dv_acc, a, do_t, lane);
 
         // dSᵀ, then dK += dSᵀ Q, and dSᵀ into shared memory for dQ.
-        float dsT[NT][4];
-        product_t<D>(dsT, v_s, do_t, warp, lane);        // dPᵀ = V dOᵀ
         // BEGIN SOLUTION TODO(4): turn dsT from dPᵀ into dSᵀ in place, dS = P · (dP - D) with P from pT and the query's D from delta_t; then its A fragments (to_a_fragments), dK += dSᵀ Q (add_product), and every register of the A fragments stored to ds_s[key][query] (swz<BLOCK_M>), where dQ reads them
         #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
@@ -386,15 +423,15 @@ flash_backward_tc(const elem_t* __restrict__ q, const elem_t* __restrict__ k, co
         for (int dt = 0; dt < DQ_DT; ++dt)
             #pragma unroll
             for (int e = 0; e < 4; ++e) dq_frag[dt][e] = 0.0f;
-        // BEGIN SOLUTION TODO(5): dQ += dS K over the block's keys, 16 at a time (kk): A = dS (queries 16 mq .. × keys 16 kk ..) from ds_s with ldmatrix_x4_trans (its matrices are not a[0] .. a[3] in order: lesson, section 5), B = K (k = key, n = feature) with ldmatrix_x4_trans of k_s; then atomicAdd every element of dq_frag into dq_acc (rows i < n_q)
-        #pragma unroll 1
+        // BEGIN SOLUTION TODO(5): dQ += dS K over the block's keys, 16 at a time (kk): A = dS (queries 16 mq .. × keys 16 kk ..) from ds_s with ldmatrix_x4_trans of block16_across (lesson, section 3), B = K (k = key, n = feature) with ldmatrix_x4_trans of k_s; then atomic_add2 every pair of dq_frag into dq_acc (rows i < n_q)
+        // Unrolled 4 times (of BLOCK_N / 16 = 8): measured faster than fully unrolled or rolled (section 12).
+        #pragma unroll 4
         for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-            // ds_s holds dSᵀ: its rows are keys. Transposed on the way, matrix 0 (keys 0-7 × queries
-            // 0-7) gives the lane (query g, keys 2t, 2t+1): a[0]; matrix 1 (keys 8-15) is a[2], matrix 2
-            // (queries 8-15) a[1], matrix 3 a[3].
-            unsigned r[4];
-            ldmatrix_x4_trans(r, ds_s + block16<BLOCK_M>(kk, mq, lane));
-            const unsigned ds_a[4] = {r[0], r[2], r[1], r[3]};
+            // ds_s holds dSᵀ: its rows are keys. Read across first and transposed on the way, matrix 0
+            // (keys 0-7 × queries 0-7) gives the lane (query g, keys 2t, 2t+1): a[0]; matrix 1 (queries
+            // 8-15) a[1], matrix 2 (keys 8-15) a[2], matrix 3 a[3]: A's order.
+            unsigned ds_a[4];
+            ldmatrix_x4_trans(ds_a, ds_s + block16_across<BLOCK_M>(kk, mq, lane));
             #pragma unroll
             for (int dp = 0; dp < DQ_DT / 2; ++dp) {
                 unsigned kb[4];                  // K as V was in module 06: the keys are the k index
@@ -404,14 +441,14 @@ flash_backward_tc(const elem_t* __restrict__ q, const elem_t* __restrict__ k, co
             }
         }
         // Every key tile adds its share to the same rows: atomically, in float32 (the scale comes in
-        // convert_dq). The result is unused, so the compiler emits a reduction (RED), not a read back.
+        // convert_dq). The lane's two neighbouring features of a row go in one 8-byte reduction.
         #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int i = m_start + mq * 16 + g + 8 * (e / 2);
+        for (int r = 0; r < 2; ++r) {
+            const int i = m_start + mq * 16 + g + 8 * r;
             if (i < n_q) {
-                float* row = dq_acc + (bh + i) * D + fq * DQ_DT * 8 + 2 * t + e % 2;
+                float* row = dq_acc + (bh + i) * D + fq * DQ_DT * 8 + 2 * t;
                 #pragma unroll
-                for (int dt = 0; dt < DQ_DT; ++dt) atomicAdd(row + dt * 8, dq_frag[dt][e]);
+                for (int dt = 0; dt < DQ_DT; ++dt) atomic_add2(row + dt * 8, dq_frag[dt][2 * r], dq_frag[dt][2 * r + 1]);
             }
         }
         // END SOLUTION

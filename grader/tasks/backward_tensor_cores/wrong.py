@@ -33,8 +33,11 @@ WRONG = [
     Wrong(EX, 'dq_race',
           "key tiles add into dQ's accumulator with a plain +=, not atomicAdd",
           edits=(
-              ('                for (int dt = 0; dt < DQ_DT; ++dt) atomicAdd(row + dt * 8, dq_frag[dt][e]);\n',
-               '                for (int dt = 0; dt < DQ_DT; ++dt) row[dt * 8] += dq_frag[dt][e];   // BUG: a race between key tiles\n'),
+              ('                for (int dt = 0; dt < DQ_DT; ++dt) atomic_add2(row + dt * 8, dq_frag[dt][2 * r], dq_frag[dt][2 * r + 1]);\n',
+               '                for (int dt = 0; dt < DQ_DT; ++dt) {   // BUG: a race between key tiles\n'
+               '                    row[dt * 8] += dq_frag[dt][2 * r];\n'
+               '                    row[dt * 8 + 1] += dq_frag[dt][2 * r + 1];\n'
+               '                }\n'),
           ),
           expect=('order in which the blocks run', 'atomicAdd'),
           cases=('long',),

@@ -43,6 +43,17 @@ __CUDAEMU_INLINE __half atomicAdd(__half* p, __half v) {
   ++__cudaemu_float_atomics;
   __half old = *p; *p = old + v; return old;
 }
+// sm_90: two or four floats of global memory in one reduction, each element a float add.
+__CUDAEMU_INLINE float2 atomicAdd(float2* p, float2 v) {
+  ++__cudaemu_float_atomics;
+  float2 old = *p; p->x = old.x + v.x; p->y = old.y + v.y; return old;
+}
+__CUDAEMU_INLINE float4 atomicAdd(float4* p, float4 v) {
+  ++__cudaemu_float_atomics;
+  float4 old = *p;
+  p->x = old.x + v.x; p->y = old.y + v.y; p->z = old.z + v.z; p->w = old.w + v.w;
+  return old;
+}
 __CUDAEMU_INLINE float atomicAdd_block(float* p, float v) { return atomicAdd(p, v); }
 __CUDAEMU_INLINE float atomicAdd_system(float* p, float v) { return atomicAdd(p, v); }
 __CUDAEMU_INLINE double atomicAdd_block(double* p, double v) { return atomicAdd(p, v); }
