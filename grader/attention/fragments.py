@@ -120,16 +120,11 @@ def streaming_causes(ctx, s, v, visible=None):
                 "(row g + 8) none. Row g holds elements 0 and 1, row g + 8 elements 2 and 3."))
         # The exponentials of one element of each pair left out (e < 2r + 1): the odd keys' P is the raw
         # score q·k (the zero-filled keys past n_k and the masked ones -INFINITY), and l leaves them out.
-        width = -(-n_k // tile) * tile
-        s_full = np.concatenate([np.where(visible, s, -np.inf) if visible is not None else s,
-                                 np.full(s.shape[:-1] + (width - n_k,), -np.inf)], axis=-1)
-        v_full = np.concatenate([v, np.zeros(v.shape[:-2] + (width - n_k, d))], axis=-2)
-        causal = replays.is_causal(visible)
-        for block_m in tiles(ctx, "BLOCK_M") if causal else (None,):
-            ends = replays.tile_limits(n_q, n_k, block_m, tile, lambda first, last: last) if causal else None
+        s_full, v_full = replays.padded_to_tiles(s, v, tile, visible)
+        for ends in replays.row_ends(ctx, visible, n_q, n_k, tile):
             with np.errstate(invalid="ignore", over="ignore"):
                 o_alt, lse_alt = streamed(s_full, v_full, tile, p_for_acc=into_mma, row_end=ends,
-                                          raw_keys=(np.arange(width) % 2 == 1, 1.0 / ctx.inputs["scale"]))
+                                          raw_keys=(np.arange(s_full.shape[-1]) % 2 == 1, 1.0 / ctx.inputs["scale"]))
             if matches(ctx, o=o_alt, lse=lse_alt):
                 break
         else:

@@ -16,7 +16,7 @@ import numpy as np
 from ..spec import Cause
 from . import lowp
 from .fragments import rows_padded_to_16
-from .replays import is_causal, matches, tile_limits, tiles
+from .replays import matches, row_ends, tiles
 
 
 def _group(lanes: int, offsets) -> np.ndarray:
@@ -108,10 +108,8 @@ def reduction_causes(ctx, s, v, visible=None, layout: str = "slices"):
     variants = [(kept, full) for kept in subsets] + [(full, kept) for kept in subsets] + \
                [(kept, kept) for kept in subsets]
     n_q = s.shape[-2]
-    causal = is_causal(visible)
-    for tile, block_m in itertools.product(tiles(ctx, "BLOCK_N"), tiles(ctx, "BLOCK_M") if causal else (None,)):
-        # A causal kernel's query tile stops at the key tile of its last row's diagonal.
-        ends = tile_limits(n_q, n_k, block_m, tile, lambda first, last: last) if causal else None
+    # A causal query tile stops at its diagonal: each tile size with each stop the kernel may have.
+    for tile, ends in ((t, e) for t in tiles(ctx, "BLOCK_N") for e in row_ends(ctx, visible, n_q, n_k, t)):
         for (max_kept, sum_kept), guard in itertools.product(variants, (True, False)):
             o_alt, lse_alt = lane_streamed(s, v, tile, lanes, key_lane, col_lane, max_kept, sum_kept,
                                            visible, into, guard, row_end=ends)

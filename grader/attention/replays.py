@@ -338,6 +338,24 @@ def is_causal(visible) -> bool:
     return np.array_equal(visible, R.causal_mask(*visible.shape[-2:]))
 
 
+def row_ends(ctx, visible, n_q: int, n_k: int, tile: int) -> list:
+    """Where each query row's loop over key tiles of `tile` stops, for each BLOCK_M the kernel may use:
+    a causal kernel's query tile stops at its last row's diagonal tile; [None] (every tile) otherwise."""
+    if not is_causal(visible):
+        return [None]
+    return [tile_limits(n_q, n_k, bm, tile, lambda first, last: last) for bm in tiles(ctx, "BLOCK_M")]
+
+
+def padded_to_tiles(s, v, tile: int, visible=None):
+    """(s, v) as a kernel's key tiles hold them: the keys past n_k up to whole tiles scored -INFINITY
+    (and masked keys too) with zero values, for replays in which a masked score reaches the sums."""
+    n_k = s.shape[-1]
+    pad = -n_k % tile
+    s_full = np.concatenate([np.where(visible, s, -np.inf) if visible is not None else s,
+                             np.full(s.shape[:-1] + (pad,), -np.inf)], axis=-1)
+    return s_full, np.concatenate([v, np.zeros(v.shape[:-2] + (pad, v.shape[-1]))], axis=-2)
+
+
 def tile_bug_causes(ctx, s, v, visible=None):
     """Bugs of the streaming loop: the rescale and the bounds mask of the last, partial key tile."""
     n_k = s.shape[-1]
@@ -355,9 +373,7 @@ def tile_bug_causes(ctx, s, v, visible=None):
                 "output matches that): the guard for an empty state must test the new max, m_use = "
                 "(m_new == -INFINITY) ? 0 : m_new, not the old one, which is -INFINITY before every "
                 "row's first visible key."))
-        causal = is_causal(visible)
-        for block_m in tiles(ctx, "BLOCK_M") if causal else (None,):
-            ends = tile_limits(s.shape[-2], n_k, block_m, tile, lambda first, last: last) if causal else None
+        for ends in row_ends(ctx, visible, s.shape[-2], n_k, tile):
             if matches(ctx, *streamed(s, v, tile, visible=visible, m_floor=0.0, row_end=ends)):
                 yield Cause("softmax:m_use_floor_zero", (
                     f"the shift is never below 0, m_use = max(m_new, 0), while alpha and lse use the max "
@@ -367,12 +383,8 @@ def tile_bug_causes(ctx, s, v, visible=None):
                 break
         # l summing the scores themselves (in log2 units), before they become P: the kernel's tile
         # holds the keys past n_k as -INFINITY, which l adds too.
-        width = -(-n_k // tile) * tile
-        s_full = np.concatenate([np.where(visible, s, -np.inf) if visible is not None else s,
-                                 np.full(s.shape[:-1] + (width - n_k,), -np.inf)], axis=-1)
-        v_full = np.concatenate([v, np.zeros(v.shape[:-2] + (width - n_k, v.shape[-1]))], axis=-2)
         with np.errstate(invalid="ignore", over="ignore"):
-            alt = streamed(s_full, v_full, tile, l_of=lambda p, st: st * LOG2E, unguarded=True)
+            alt = streamed(*padded_to_tiles(s, v, tile, visible), tile, l_of=lambda p, st: st * LOG2E, unguarded=True)
         if matches(ctx, *alt):
             yield Cause("l:raw_scores", (
                 f"l adds the scores themselves, before they are exponentiated (the output matches l = sum of "
@@ -1516,26 +1528,25 @@ def warp_merge_causes(ctx, k, v, lens, chunks):
                     parts[cid][0][b, :, sp] = acc / l_sum[:, None]
                     parts[cid][1][b, :, sp] = m_blk[:, 0] + np.log(l_sum)
         for cid, which, what in variants:
-            o_alt, lse_alt = R.combine_partials(*parts[cid])
-            if matches(ctx, o=o_alt, lse=lse_alt) and which == "sign":
+            if not matches(ctx, *R.combine_partials(*parts[cid])):
+                continue
+            if which == "sign":
                 yield Cause(cid, (
                     f"the merge of the {W} warps' states weighs each warp by exp(m_blk - m_w), the exponent's "
                     f"sign flipped (the output matches that, with {split_words(chunk, lens)}): the weight is "
                     "exp2f(m_w - m_blk) <= 1, the warp with the block's max weighing 1."))
-                return
-            if matches(ctx, o=o_alt, lse=lse_alt) and which == "base":
+            elif which == "base":
                 yield Cause(cid, (
                     f"the merge of the {W} warps' states weighs each warp by expf(m_w - m_blk), but the "
                     f"maxima are in log2 units (the output matches that, with {split_words(chunk, lens)}): "
                     "the weight is exp2f(m_w - m_blk)."))
-                return
-            if matches(ctx, o=o_alt, lse=lse_alt):
+            else:
                 yield Cause(cid, (
                     f"the merge of the {W} warps' states adds {what} of each warp without its weight "
                     f"exp(m_w - m_blk) (the output matches that, with {split_words(chunk, lens)}): each warp's "
                     "l and acc are relative to its own max m_w, so both must be rescaled to the block's "
                     "max before they are added."))
-                return
+            return
 
 
 def combine_lane_max(o_part, lse_part, lanes: int = 32, shfl_down: bool = False):
