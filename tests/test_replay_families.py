@@ -141,3 +141,19 @@ def test_the_guard_on_the_tile_max_changes_lse_not_o():
     o, lse = streamed(s, v, 4, visible=vis)
     o_g, lse_g = streamed(s, v, 4, visible=vis, guard_tile=True)
     assert np.allclose(o, o_g) and not np.allclose(lse, lse_g)
+
+
+def test_a_decode_warps_loop_without_a_bug_is_the_attention():
+    from grader.attention import references as R
+    from grader.attention.replays import warp_streamed
+    rng = np.random.default_rng(1)
+    q, k, v = rng.normal(size=(3, 2, 16)), rng.normal(size=(3, 2, 150, 16)), rng.normal(size=(3, 2, 150, 16))
+    lens = np.array([0, 37, 150])
+    scale = 0.25
+    scores = scale * np.einsum("bhd,bhjd->bhj", q, k)
+    want_o, want_lse = R.decode_attention(q, k, v, lens, scale)
+    for chunk in (150, 64, 33):
+        o, lse = warp_streamed(scores, v, lens, chunk, 4, 8)
+        assert np.allclose(o, want_o, atol=1e-6) and np.allclose(lse, want_lse, atol=1e-6)
+    o, _ = warp_streamed(scores, v, lens, 150, 4, 8, rescale_l=False)      # the bug changes the result
+    assert not np.allclose(o[2], want_o[2], atol=1e-3)

@@ -1410,6 +1410,7 @@ def split_causes(ctx, kv_cache_fn):
                         "sequence's keys. end = min(start + chunk, context_lens[b])."))
     yield from warp_key_causes(ctx, k, v, lens, split_sizes(ctx, L))
     yield from warp_merge_causes(ctx, k, v, lens, split_sizes(ctx, L))
+    yield from warp_stream_causes(ctx, k, v, lens, split_sizes(ctx, L))
 
 
 def split_key_counts(length: int, warps: int, step_keys: int, start, step, skip_warp=None) -> np.ndarray:
@@ -1485,19 +1486,28 @@ def warp_key_causes(ctx, k, v, lens, chunks):
                 yield Cause(cid, f"{text} (the output matches that, with {split_words(chunk, lens)}).")
 
 
+def _warp_walk(ctx, k, v):
+    """(WARPS, KEYS_PER_STEP, scores [B, H, L], v [B, H, L, d]) of the partial kernel, float64, each
+    query head with its kv head's keys; None where the kernel's CONFIG does not give both sizes."""
+    config = kernel_config(getattr(ctx, "config", None), ctx.params)
+    W, KPS = config.get("WARPS"), config.get("KEYS_PER_STEP")
+    if not (isinstance(W, int) and isinstance(KPS, int)):
+        return None
+    q, scale = np.asarray(ctx.inputs["q"], np.float64), ctx.inputs["scale"]
+    H, Hkv = q.shape[1], k.shape[1]
+    heads = [R.kv_head_of(h, H, Hkv) for h in range(H)]
+    kk, vv = np.asarray(k, np.float64)[:, heads], np.asarray(v, np.float64)[:, heads]      # [B, H, L, d]
+    return W, KPS, scale * np.einsum("bhd,bhjd->bhj", q, kk), vv
+
+
 def warp_merge_causes(ctx, k, v, lens, chunks):
     """The merge of the WARPS states of a split with one weight left out: l summed as it is, or acc,
     where each must be rescaled from its warp's max to the block's, exp(m_w - m_blk)."""
-    config = kernel_config(getattr(ctx, "config", None), ctx.params)
-    W, KPS = config.get("WARPS"), config.get("KEYS_PER_STEP")
-    if not (isinstance(W, int) and isinstance(KPS, int)) or W < 2:
+    walk = _warp_walk(ctx, k, v)
+    if walk is None or walk[0] < 2:
         return
-    q, scale = np.asarray(ctx.inputs["q"], np.float64), ctx.inputs["scale"]
-    B, H, d = q.shape
-    Hkv = k.shape[1]
-    heads = [R.kv_head_of(h, H, Hkv) for h in range(H)]
-    kk, vv = np.asarray(k, np.float64)[:, heads], np.asarray(v, np.float64)[:, heads]      # [B, H, L, d]
-    scores_all = scale * np.einsum("bhd,bhjd->bhj", q, kk)
+    W, KPS, scores_all, vv = walk
+    B, H, _, d = vv.shape
     variants = (("merge:l_unweighted", "l", "the l"), ("merge:acc_unweighted", "acc", "the acc"),
                 ("merge:weight_base", "base", ""), ("merge:sign:warp", "sign", ""))
     for chunk in chunks:
@@ -1546,6 +1556,89 @@ def warp_merge_causes(ctx, k, v, lens, chunks):
                     f"exp(m_w - m_blk) (the output matches that, with {split_words(chunk, lens)}): each warp's "
                     "l and acc are relative to its own max m_w, so both must be rescaled to the block's "
                     "max before they are added."))
+            return
+
+
+def _float4_factor(d: int, missed: int, twice: int | None):
+    """acc's rescale factor per feature when a lane's float4 misses component `missed` (factor 1)
+    and, with `twice`, rescales component `twice` two times (alpha²): a copy of the line above."""
+    def factor(alpha):
+        comp = np.arange(d) % 4             # lane l holds features 4l .. 4l + 3 as .x .y .z .w
+        f = np.where(comp == missed, 1.0, alpha[..., None])
+        if twice is not None:
+            f = np.where(comp == twice, alpha[..., None] ** 2, f)
+        return f
+    return factor
+
+
+def warp_streamed(scores, v, lens, chunk: int, warps: int, step_keys: int, **how):
+    """Split-KV decode as the partial kernel runs it: in each split of `chunk` keys, warp w streams
+    the keys start + w·step_keys .., step_keys of them a step, warps·step_keys apart (keys past the
+    split's end masked), through `streamed` (with `how`, a bug of that loop); the warps' states are
+    merged and the splits combined, both right. scores [B, H, L] (natural units), v [B, H, L, d] ->
+    (o [B, H, d], lse [B, H])."""
+    B, H, _, d = v.shape
+    n_splits = max(1, -(-int(np.max(lens)) // chunk))
+    o_part, lse_part = np.zeros((B, H, n_splits, d)), np.full((B, H, n_splits), -np.inf)
+    for b in range(B):
+        for sp, (lo, hi) in enumerate(R.split_ranges(int(lens[b]), chunk)):
+            o_w, lse_w = np.zeros((H, warps, d)), np.full((H, warps), -np.inf)
+            for w in range(warps):
+                starts = range(lo + w * step_keys, hi, warps * step_keys)
+                if not starts:
+                    continue                    # a warp with no key: l = 0, no weight in the merge
+                idx = np.concatenate([np.arange(j0, j0 + step_keys) for j0 in starts])
+                inside, idx = idx < hi, np.minimum(idx, hi - 1)
+                s_w = np.where(inside, scores[b][:, idx], -np.inf)
+                v_w = np.where(inside[:, None], v[b][:, idx], 0.0)
+                o1, lse1 = streamed(s_w[:, None, :], v_w, step_keys, **how)     # one query row per head
+                o_w[:, w], lse_w[:, w] = o1[:, 0], lse1[:, 0]
+            o_part[b, :, sp], lse_part[b, :, sp] = R.combine_partials(o_w, lse_w)
+    return R.combine_partials(o_part, lse_part)
+
+
+def warp_stream_causes(ctx, k, v, lens, chunks):
+    """Bugs of each warp's own online softmax in the partial kernel: warp w streams the keys start +
+    w·KEYS_PER_STEP .., a step of KEYS_PER_STEP keys at a time, WARPS·KEYS_PER_STEP apart, with one
+    rescale per step; the replay runs that loop with the bug, then the merge and the combine right."""
+    walk = _warp_walk(ctx, k, v)
+    if walk is None:
+        return
+    W, KPS, scores_all, vv = walk
+    d = vv.shape[-1]
+    variants = [("rescale:l", dict(rescale_l=False),
+                 "l is not rescaled when the warp's running max grows: l = l + rowsum(P), where l · alpha "
+                 "+ rowsum(P) is due"),
+                ("rescale:acc", dict(rescale_acc=False),
+                 "acc is not rescaled when the warp's running max grows, while l is"),
+                ("rescale:acc_and_l", dict(rescale_acc=False, rescale_l=False),
+                 "neither acc nor l is rescaled when the warp's running max grows"),
+                ("rescale:l_after_sum", dict(rescale_l="after"),
+                 "l is rescaled after the step's P is added, l = (l + rowsum(P)) · alpha, not l · alpha + "
+                 "rowsum(P) (on a warp's first step alpha = 0, which wipes that step's sum)")]
+    if d % 4 == 0:
+        xyzw = "xyzw"
+        for c in range(4):
+            variants.append((f"rescale:acc_cols:{xyzw[c]}", dict(rescale_acc=_float4_factor(d, c, None)),
+                             f"acc's component .{xyzw[c]} (features 4·lane + {c}) is not rescaled when the "
+                             "warp's running max grows; the other three are"))
+            variants.append((f"rescale:acc_cols:{xyzw[c]}_for_{xyzw[c - 1]}",
+                             dict(rescale_acc=_float4_factor(d, c, (c - 1) % 4)),
+                             f"acc's component .{xyzw[(c - 1) % 4]} is rescaled twice and .{xyzw[c]} (features "
+                             f"4·lane + {c}) never, as when the line for .{xyzw[c]} repeats the one for "
+                             f".{xyzw[(c - 1) % 4]}"))
+    for chunk in chunks:
+        if chunk <= W * KPS:
+            continue                        # one step per warp: every variant gives the right state
+        said = False
+        for cid, how, what in variants:         # every variant this case cannot tell apart
+            if matches(ctx, *warp_streamed(scores_all, vv, lens, chunk, W, KPS, **how)):
+                yield Cause(cid, (
+                    f"{what} (the output matches that loop, each of the {W} warps taking {KPS} keys a step, "
+                    f"with {split_words(chunk, lens)}): when the max grows from m to m_new, both l and every "
+                    "component of acc are multiplied by alpha = exp2(m - m_new) before the step's P is added."))
+                said = True
+        if said:
             return
 
 
