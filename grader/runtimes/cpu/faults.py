@@ -154,16 +154,18 @@ def race_fault(kernel, args, arg_slot, slot, ref, got, idx, ndiff, sample, grid,
     where = np.unravel_index(idx, ref.shape) if ref.ndim > 1 else (idx,)
     blocks = ", ".join(str(_block_coords(b, grid)) for b in sample[:4])
     return KernelFault(
-        f"{kernel.name}: the result depends on the order in which the threads of a block run "
-        f"— a data race. Running block(s) {blocks} with their threads {how} instead of "
+        f"{kernel.name}: the result depends on the order in which the threads of a block run. "
+        f"Running block(s) {blocks} with their threads {how} instead of "
         f"forward changed argument {i + 1} ({p.ctype} {p.name}) at index "
         f"{tuple(int(x) for x in where)}: {_num(ref.flat[idx])} became {_num(got.flat[idx])} "
-        f"({ndiff} element(s) differ). Some thread reads memory that another thread writes, "
-        "with no barrier between them. Either a __syncthreads() is missing: between writing "
-        "a shared-memory tile and reading it, or at the end of the loop, before the tile is "
-        "overwritten for the next iteration. Or an index reaches past the thread's own part "
-        "into a neighbour's: a loop bound one too far (<= where < is due) reads or writes the "
-        "first element of the next row or tile.")
+        f"({ndiff} element(s) differ). Most often it is a data race: some thread reads memory that another thread "
+        "writes, with no barrier between them: a __syncthreads() missing between writing a "
+        "shared-memory tile and reading it, or at the end of the loop, before the tile is "
+        "overwritten for the next iteration; or an index that reaches past the thread's own part "
+        "into a neighbour's (a loop bound one too far, <= where < is due). A value used before "
+        "it is ever set does this too: a local variable or accumulator read (or added to) before "
+        "its first assignment holds whatever was left in its place, which changes with the order "
+        "in which the threads run.")
 
 
 def block_order_fault(kernel, args, arg_slot, slot, ref, got, idx, ndiff) -> KernelFault:
