@@ -90,3 +90,22 @@ def timed(rt, fn, reps=5) -> float:
         fn()
         ts.append((time.perf_counter() - t0) * 1e3)
     return float(np.median(ts))
+
+
+def plot_ladder(ladder: dict, baselines: dict, tflops, title: str):
+    """A speed ladder as the class notebooks draw it: one panel per head dimension (d = 64, 128), the
+    steps' TFLOP/s joined, each baseline a dashed line. ladder and baselines: name -> (ms at d = 64,
+    ms at d = 128); tflops(ms, d) -> TFLOP/s."""
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
+    steps = list(ladder)
+    for ax, (j, d) in zip(axes, enumerate((64, 128))):
+        ax.plot(range(len(steps)), [tflops(ladder[s][j], d) for s in steps], "o-", color="C0", label="the ladder")
+        for k, (name, ms) in enumerate(baselines.items()):
+            ax.axhline(tflops(ms[j], d), color=f"C{k + 1}", ls="--", lw=1, label=name)
+        ax.set_xticks(range(len(steps)), [s.split(". ")[1] for s in steps], rotation=20, fontsize=8)
+        ax.set_title(f"d = {d}")
+        ax.set_ylabel("TFLOP/s")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title)
+    plt.show()

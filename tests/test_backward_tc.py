@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from grader.attention import backward, backward_lowp, lowp
+from grader.attention.fragments import pieces_transposed
 from grader.attention import references as R
 from grader.course import load
 
@@ -70,10 +71,10 @@ def test_a_gradient_that_cancels_is_held_to_float32_noise_of_its_terms():
 
 def test_pieces_transposed_transposes_each_8_by_8_piece_in_place():
     x = np.arange(2 * 16 * 24, dtype=np.float64).reshape(2, 16, 24)
-    t = backward_lowp.pieces_transposed(x)
+    t = pieces_transposed(x)
     np.testing.assert_array_equal(t[1, 8:16, 16:24], x[1, 8:16, 16:24].T)
-    np.testing.assert_array_equal(backward_lowp.pieces_transposed(t), x)
-    ragged = backward_lowp.pieces_transposed(x[:, :13, :])          # rows from 13 on pad with zeros
+    np.testing.assert_array_equal(pieces_transposed(t), x)
+    ragged = pieces_transposed(x[:, :13, :])          # rows from 13 on pad with zeros
     assert ragged.shape == (2, 13, 24) and ragged[0, 0, 12] == x[0, 4, 8] and ragged[0, 8, 13] == 0.0
 
 

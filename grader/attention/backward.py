@@ -41,7 +41,8 @@ def visible_of(inputs) -> np.ndarray | None:
 
 
 def gradients(inputs, *, probs=None, delta=None, heads=None, dq_scale=1.0, dk_scale=1.0, visible="auto",
-              ds_of=None, dkdv_x=("do", "q"), rights=None):
+              ds_of=None, dkdv_x=("do", "q"), rights=None, dq_ds=None, dq_k=None, lefts=None, dv_p=None,
+              work=np.float64):
     """(dq, dk, dv) in float64. The keyword arguments replay bugs:
     probs(s, lse, visible) -> P    how P is recomputed (default: the true softmax)
     delta(p, dp, do, o, b, h) -> D the row term of dS (default: rowsum(dO ∘ O) with the given O, as a
@@ -53,30 +54,41 @@ def gradients(inputs, *, probs=None, delta=None, heads=None, dq_scale=1.0, dk_sc
                                    (default: dO and Q)
     rights                         {"do": array, "q": array}: those operands' values, where they are
                                    not the inputs' (an operand read in another layout)
-    visible                        the mask (default: the case's)."""
-    q, k, v, do, o = (np.asarray(inputs[x], np.float64) for x in ("q", "k", "v", "do", "o"))
-    lse = np.asarray(inputs["lse"], np.float64)
+    dq_ds(p, ds) -> array          the left operand of dQ = scale · dS K (default: dS; P, or dS read in
+                                   another layout)
+    dq_k(k) -> array               its right operand (default: K)
+    dv_p(p) -> array               the P of dV = P^T dO (default: P; P rounded to 16 bits, say)
+    lefts                          {"q": array, "do": array}: the Q of S = scale · Q K^T and the dO of
+                                   dP = dO V^T, where they are not the inputs' (read in another layout)
+    visible                        the mask (default: the case's)
+    work                           the type the products are computed in (float32: overflows as a
+                                   kernel's float32 sums do)."""
+    q, k, v, do, o = (np.asarray(inputs[x], work) for x in ("q", "k", "v", "do", "o"))
+    lse = np.asarray(inputs["lse"], work)
     scale = inputs["scale"]
     B, H = q.shape[:2]
     Hkv = k.shape[1]
     group = H // Hkv
     vis = visible_of(inputs) if isinstance(visible, str) else visible
-    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(k.shape)
+    dq, dk, dv = np.zeros(q.shape, work), np.zeros(k.shape, work), np.zeros(k.shape, work)
     for b in range(B):
         for g in range(Hkv):
             summed = range(g * group, (g + 1) * group) if heads is None else heads(g, group)
             for h in range(g * group, (g + 1) * group):
-                s = scale * q[b, h] @ k[b, g].T
+                q_s = q[b, h] if lefts is None or "q" not in lefts else np.asarray(lefts["q"], work)[b, h]
+                do_p = do[b, h] if lefts is None or "do" not in lefts else np.asarray(lefts["do"], work)[b, h]
+                s = scale * q_s @ k[b, g].T
                 p = R.masked_softmax(s, vis)[0] if probs is None else probs(s, lse[b, h], vis)
-                dp = do[b, h] @ v[b, g].T
+                dp = do_p @ v[b, g].T
                 D = (do[b, h] * o[b, h]).sum(axis=-1) if delta is None else delta(p, dp, do[b, h], o[b, h], b, h)
                 ds = p * (dp - D[:, None]) if ds_of is None else ds_of(p, dp, D[:, None])
-                dq[b, h] = dq_scale * scale * ds @ k[b, g]
+                dq[b, h] = dq_scale * scale * (ds if dq_ds is None else dq_ds(p, ds)) @ \
+                    (k[b, g] if dq_k is None else dq_k(k[b, g]))
                 if h in summed:
                     x = {"do": do[b, h], "q": q[b, h]}
-                    x.update({n: np.asarray(a, np.float64)[b, h] for n, a in (rights or {}).items()})
+                    x.update({n: np.asarray(a, work)[b, h] for n, a in (rights or {}).items()})
                     dk[b, g] += dk_scale * scale * ds.T @ x[dkdv_x[1]]
-                    dv[b, g] += p.T @ x[dkdv_x[0]]
+                    dv[b, g] += (p if dv_p is None else dv_p(p)).T @ x[dkdv_x[0]]
     return dq, dk, dv
 
 
@@ -217,11 +229,28 @@ def recompute_causes(ctx):
         # In the tiles the kernel visits: with Nq > Nk a key block's loop skips rows that j <= i lets see.
         seen = [visited(n_q, n_k, bm, bn, lambda k0, off: k0 - off)
                 for bm in tiles(ctx, "BLOCK_M") for bn in tiles(ctx, "BLOCK_N")]
-        if n_q != n_k and any(_replay(ctx, probs=lambda s, lse, v, t=t: full(s, lse, t))
-                              for t in [top_left] + [top_left & x for x in seen if (top_left & ~x).any()]):
+        # Or only where the kernel runs its per-element test (module 11): in the tiles the diagonal
+        # cuts, or past n_q or n_k; a tile wholly below the diagonal sees all its keys.
+        tested = [~whole_tiles(n_q, n_k, bm, bn) for bm in tiles(ctx, "BLOCK_M") for bn in tiles(ctx, "BLOCK_N")]
+        candidates = [top_left] + [top_left & x for x in seen if (top_left & ~x).any()] + \
+            [x & (top_left | ~m) for x in seen for m in tested]
+        # A row that sees no key (lse = -inf) and that the wrong mask lets see some: P = exp(s + inf).
+        raw = _exp_with(lambda s, lse: lse[:, None])
+        if n_q != n_k and any(_replay(ctx, probs=lambda s, lse, v, t=t, f=f: f(s, lse, t))
+                              for t in candidates for f in (full, raw)):
             yield Cause("mask:top_left", "the causal mask of the backward pass is aligned top-left (j <= i). It must match the forward "
                     "pass: bottom-right, key j visible to query i iff j <= i + (Nk - Nq).")
     yield from unmasked_p_causes(ctx, _exp_with(lambda s, lse: lse_col(lse)))
+
+
+def whole_tiles(n_q: int, n_k: int, block_m: int, block_n: int) -> np.ndarray:
+    """[n_q, n_k]: the pairs in tiles (block_m queries × block_n keys) that a causal kernel runs
+    without its per-element test: wholly below the bottom-right diagonal and inside n_q and n_k."""
+    offset = n_k - n_q
+    k_start = (np.arange(n_k) // block_n) * block_n
+    m_start = (np.arange(n_q) // block_m) * block_m
+    return (k_start[None, :] + block_n - 1 <= m_start[:, None] + offset) & \
+        (k_start[None, :] + block_n <= n_k) & (m_start[:, None] + block_m <= n_q)
 
 
 def visited(n_q: int, n_k: int, block_m: int, block_n: int, begin) -> np.ndarray:
@@ -407,6 +436,28 @@ def accumulation_causes(ctx):
         yield Cause("dkdv:operands_swapped", (
             "dV and dK take each other's right-hand operand (the output matches dV = P^T Q and dK = "
             "scale · dS^T dO): dV = P^T dO and dK = scale · dS^T Q."))
+    for operands, cid, text in ((("do", "do"), "dk:from_do", "dK is scale · dS^T dO (the output matches that; dV is "
+                                 "right): dK's right-hand operand is the Q tile, dK = scale · dS^T Q"),
+                                (("q", "q"), "dv:from_q", "dV is P^T Q (the output matches that; dK is right): dV's "
+                                 "right-hand operand is the dO tile, dV = P^T dO")):
+        if _replay(ctx, dkdv_x=operands):
+            yield Cause(cid, text + ".")
+    if _replay(ctx, dq_ds=lambda p, ds: p):
+        yield Cause("dq:from_p", (
+            "dQ is scale · P K, with P where dS is due (the output matches that; dK and dV are right): "
+            "the dS that dQ reads holds P. Check what is in it when dQ reads it: dS = P ∘ (dP - D) must "
+            "be formed before it is stored for dQ."))
+    # The D of one query of each pair (2t, 2t + 1) used for both: a thread holds two neighbouring
+    # queries of a fragment row and read one D for the two.
+    for which, pick in (("first", lambda i: i - i % 2), ("second", lambda i: i | 1)):
+        def pair_d(p, dp, do, o, b, h, pick=pick):
+            D = (do * o).sum(axis=-1)
+            return D[np.minimum(pick(np.arange(D.shape[0])), D.shape[0] - 1)]
+        if _replay(ctx, delta=pair_d):
+            yield Cause(f"D:pair_{which}", (
+                f"dS of queries 2i and 2i + 1 both subtract the {which} one's D (the output matches that): "
+                "a lane's two neighbouring queries (2t and 2t + 1 of a fragment row) each take their own "
+                "D, the .x and the .y of the pair it read."))
     # Each query tile's dQ added at tile 0's rows: rows r < BLOCK_M hold the sum over the tiles of
     # their row r, the rest keep the zeros dQ started with.
     for bm in tiles(ctx, "BLOCK_M"):
@@ -454,7 +505,18 @@ def located(ctx):
 def store_causes(ctx):
     """dK and dV stored at permuted rows of their key block: a thread's keys kj · KEYS_K + n written
     to row kj + n · (BLOCK_N / KEYS_K) (rows that land past n_k dropped, the rows left over never
-    written)."""
+    written); or a gradient's two neighbouring features exchanged by its store."""
+    names = {"dq": "dQ", "dk": "dK", "dv": "dV"}
+    for name in OUTPUTS:
+        x = np.asarray(ctx.ref[name])
+        if x.shape[-1] % 2:
+            continue
+        swapped = x.reshape(x.shape[:-1] + (-1, 2))[..., ::-1].reshape(x.shape)
+        if _matches(ctx, {**{n: ctx.ref[n] for n in OUTPUTS}, name: swapped}):
+            yield Cause(f"store:{name}_pairs_swapped", (
+                f"{names[name]} holds features 2c and 2c + 1 exchanged (the output matches that; the other "
+                f"gradients are right): its store writes each pair (lo, hi) as (hi, lo). The first value of "
+                f"a pair goes to the even feature (the low half of the 32-bit pair, .x of a float2)."))
     config = kernel_config(getattr(ctx, "config", None), ctx.params)
     bn, nt = config.get("BLOCK_N"), config.get("NTHREADS")
     if not (isinstance(bn, int) and isinstance(nt, int)) or nt < 16 or (bn * 8) % (nt // 2):

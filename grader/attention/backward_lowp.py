@@ -19,6 +19,8 @@ from . import backward, lowp
 from . import references as R
 from .inputs import attention_inputs
 from ..spec import Cause, Tolerance
+from .fragments import pieces_transposed, quadrants_swapped
+from .replays import kernel_config
 
 OUTPUTS = backward.OUTPUTS
 SIXTEEN_BIT = ("q", "k", "v", "o", "do")
@@ -116,16 +118,15 @@ def rounding_noise(inputs: dict, dtype: str, ref: dict) -> float:
     return max(backward._distance(sp[n], ref[n], ref[n]) for n in OUTPUTS)
 
 
-def pieces_transposed(x: np.ndarray, block: int = 8) -> np.ndarray:
-    """[..., n, d] -> each aligned block × block piece transposed in place (rows past n and columns
-    past d zero-padded, then cut off): what a 16-bit operand becomes when an ldmatrix without .trans
-    reads it where .trans is due (every 8 × 8 matrix arrives transposed)."""
-    *lead, n, d = x.shape
-    pad = np.zeros((*lead, -(-n // block) * block, -(-d // block) * block), x.dtype)
-    pad[..., :n, :d] = x
-    r, c = pad.shape[-2] // block, pad.shape[-1] // block
-    t = pad.reshape(*lead, r, block, c, block).swapaxes(-1, -3).reshape(pad.shape)
-    return t[..., :n, :d]
+def _dq_parts(ctx, d: int) -> int | None:
+    """How many parts of the features dQ's warps split between them (module 11: DQ_SPLIT = (BLOCK_N
+    / 16) / (BLOCK_M / 16)), from the kernel's CONFIG; None where it does not say."""
+    config = kernel_config(getattr(ctx, "config", None), ctx.params)
+    bm, bn = config.get("BLOCK_M"), config.get("BLOCK_N")
+    if not (isinstance(bm, int) and isinstance(bn, int)) or bm % 16 or bn % bm:
+        return None
+    parts = bn // bm
+    return parts if parts > 1 and d % parts == 0 else None
 
 
 def fragment_causes(ctx):
@@ -142,6 +143,44 @@ def fragment_causes(ctx):
             "dK += dSᵀ Q the k index is the query, and B wants two neighbouring queries of one feature "
             "in a register: dO and Q are stored [query][feature], so each 8 × 8 matrix must be "
             "transposed on the way."))
+    # Sᵀ = K Qᵀ and dPᵀ = V dOᵀ with their B registers paired (b[0], b[1]), (b[2], b[3]): each
+    # 16 × 16 block of Q and dO (16 queries × 16 features) read with its off-diagonal pieces exchanged.
+    bent = {n: quadrants_swapped(np.asarray(ctx.inputs[n], np.float64)) for n in ("q", "do")}
+    # P = exp(S - lse) with the forward's lse, not normalised: far from 1, and past the 16-bit range
+    # (inf) where S is far too large, so the products' operands are rounded as the kernel's are.
+    dtype = ctx.params["dtype"]
+    from_lse = backward._exp_with(lambda s, lse: np.where(np.isfinite(lse), lse, np.inf)[:, None])
+    with np.errstate(over="ignore", invalid="ignore"):
+        alt = backward.gradients(ctx.inputs, lefts=bent, probs=from_lse, dv_p=lambda p: lowp.rounded(p, dtype),
+                                 ds_of=lambda p, dp, D: lowp.rounded(p * (dp - D), dtype), work=np.float32)
+        alt = {n: lowp.rounded(x, dtype) for n, x in zip(OUTPUTS, alt)}      # stored in the input type
+    if backward._matches(ctx, alt):
+        yield Cause("fragment:st_b:quadrants", (
+            "the gradients match Sᵀ = K Qᵀ and dPᵀ = V dOᵀ computed with Q and dO read with the off-diagonal "
+            "8 × 8 pieces of each 16 × 16 block exchanged (queries 8-15 of features 0-7 with queries 0-7 of "
+            "features 8-15): their B fragments are paired wrongly. From one ldmatrix_x4 of a 16 × 16 block, "
+            "the 8-query tile 2np takes (b[0], b[2]), features 0-7 then 8-15 of queries 0-7, and tile "
+            "2np + 1 takes (b[1], b[3])."))
+    # dS's A fragment for dQ with registers 1 and 2 exchanged: in each 16 × 16 block (16 queries ×
+    # 16 keys), queries 8-15 of keys 0-7 and queries 0-7 of keys 8-15 trade places.
+    if backward._replay(ctx, dq_ds=lambda p, ds: quadrants_swapped(ds)):
+        yield Cause("fragment:dq_a:quadrants", (
+            "dQ matches dS read with registers a[1] and a[2] of its A fragment exchanged (dK and dV are "
+            "right): in each 16 × 16 block of dS, queries 8-15 of keys 0-7 and queries 0-7 of keys 8-15 "
+            "trade places. A's registers are a[0] (row g, keys 2t ..), a[1] (row g + 8), a[2] (row g, keys "
+            "2t + 8 ..), a[3]: dS read for dQ with ldmatrix_x4_trans of block16_across gives them in that "
+            "order (block16 gives a[1] and a[2] the other way round), and each register of dSᵀ must be "
+            "stored at key warp_key + g + 8 (x % 2), queries 16 kk + 8 (x / 2) + 2t."))
+    d = np.shape(ctx.inputs["q"])[-1]
+    parts = _dq_parts(ctx, d)
+    if parts:
+        w = d // parts
+        if backward._replay(ctx, dq_k=lambda k: np.tile(k[:, :w], parts)):
+            yield Cause("fragment:dq_b:feature_part", (
+                f"dQ's features in every part of {w} hold those of the first part, features 0 .. {w - 1} "
+                f"(the output matches dS K with K's first {w} features read for each part; dK and dV are "
+                f"right): the {parts} warps of a row tile of dQ each take their own {w} features, so the "
+                "K block each reads starts at its part: block16<D>(kk, fq · DQ_DT / 2 + dp, lane)."))
 
 
 def diagnose(ctx, dtype: str):

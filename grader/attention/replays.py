@@ -661,6 +661,21 @@ def head_causes(ctx, visible=None):
         for cid, heads, text in q_head_maps(H, Hkv):
             if matches(ctx, *attend(*scores(dict(ctx.inputs, q=q[:, heads])), visible)):
                 yield Cause(cid, text)
+        # k and v of slab b · H + h, the query head's index into the B · Hkv kv heads (zeros past
+        # the last: a TMA box outside the tensor reads as zeros).
+        B = q.shape[0]
+        slabs = np.arange(B * H).reshape(B, H)
+        alt = {}
+        for x in ("k", "v"):
+            flat = np.asarray(ctx.inputs[x], np.float64).reshape((B * Hkv,) + np.shape(ctx.inputs[x])[2:])
+            flat = np.concatenate([flat, np.zeros((max(B * H - B * Hkv, 0),) + flat.shape[1:])])
+            alt[x] = flat[slabs]
+        if matches(ctx, *attend(*scores(dict(ctx.inputs, **alt)), visible)):
+            yield Cause("gqa:kv_slab_of_query_head", (
+                f"query head h of batch b reads k and v of kv slab b · H + h, the query head's index, where "
+                f"b · Hkv + h / (H / Hkv) is due (the output matches that; H = {H}, Hkv = {Hkv}, the slabs "
+                "past the last kv head read as zeros): k and v have Hkv heads per batch, one per group of "
+                "H / Hkv query heads."))
     for names in (("q",), ("k", "v")):
         alt = dict(ctx.inputs)
         for x in names:
@@ -851,6 +866,18 @@ def mask_causes(ctx, s, v):
     if matches(ctx, *attend(s, v)):
         yield Cause("mask:missing", "the causal mask is not applied at all: the output matches attention "
                                     "over every key. Mask s = -INFINITY where j > i + (Nk - Nq).")
+    # Each thread's TM rows tested against its first row's limit (the test reads the thread's first
+    # row, q_start + ty · TM, where its own row i is due), in the tiles it tests or in all.
+    tm_config = kernel_config(getattr(ctx, "config", None), ctx.params).get("TM")
+    for tm in [tm_config] if isinstance(tm_config, int) and tm_config > 1 else []:
+        own_first = lambda r, tm=tm: r - r % tm + offset + 1                # noqa: E731
+        shown = [visible_where(n_q, n_k, np.clip(own_first(i), 0, n_k))] + [
+            diagonal_tiles_masked(n_q, n_k, bm, bn, own_first) for bm in tiles(ctx, "BLOCK_M") for bn in tiles(ctx, "BLOCK_N")]
+        if any(matches(ctx, *attend(s, v, vis)) for vis in shown):
+            yield Cause("mask:thread_first_row", (
+                f"each thread's {tm} rows are masked with its first row's limit (the output matches row i "
+                f"seeing only the keys j <= i0 + offset, i0 the first of its {tm} rows): the per-element test "
+                "compares j with the row it is on, i = q_start + ty · TM + r, plus offset."))
     for bm in tiles(ctx, "BLOCK_M"):
         for bn in tiles(ctx, "BLOCK_N"):
             # Whole tiles up to the diagonal, with no per-element test inside the diagonal tiles.
@@ -1571,12 +1598,13 @@ def _float4_factor(d: int, missed: int, twice: int | None):
     return factor
 
 
-def warp_streamed(scores, v, lens, chunk: int, warps: int, step_keys: int, **how):
+def warp_streamed(scores, v, lens, chunk: int, warps: int, step_keys: int, zero_to_len=False, **how):
     """Split-KV decode as the partial kernel runs it: in each split of `chunk` keys, warp w streams
     the keys start + w·step_keys .., step_keys of them a step, warps·step_keys apart (keys past the
     split's end masked), through `streamed` (with `how`, a bug of that loop); the warps' states are
     merged and the splits combined, both right. scores [B, H, L] (natural units), v [B, H, L, d] ->
-    (o [B, H, d], lse [B, H])."""
+    (o [B, H, d], lse [B, H]). zero_to_len: the keys of a warp's last step past the split's end but
+    before the context's end are scored 0 with value 0 (loads skipped, the score's bound wrong)."""
     B, H, _, d = v.shape
     n_splits = max(1, -(-int(np.max(lens)) // chunk))
     o_part, lse_part = np.zeros((B, H, n_splits, d)), np.full((B, H, n_splits), -np.inf)
@@ -1588,8 +1616,9 @@ def warp_streamed(scores, v, lens, chunk: int, warps: int, step_keys: int, **how
                 if not starts:
                     continue                    # a warp with no key: l = 0, no weight in the merge
                 idx = np.concatenate([np.arange(j0, j0 + step_keys) for j0 in starts])
+                zero = (idx >= hi) & (idx < int(lens[b])) if zero_to_len else np.zeros(idx.shape, bool)
                 inside, idx = idx < hi, np.minimum(idx, hi - 1)
-                s_w = np.where(inside, scores[b][:, idx], -np.inf)
+                s_w = np.where(inside, scores[b][:, idx], np.where(zero, 0.0, -np.inf))
                 v_w = np.where(inside[:, None], v[b][:, idx], 0.0)
                 o1, lse1 = streamed(s_w[:, None, :], v_w, step_keys, **how)     # one query row per head
                 o_w[:, w], lse_w[:, w] = o1[:, 0], lse1[:, 0]
@@ -1615,7 +1644,11 @@ def warp_stream_causes(ctx, k, v, lens, chunks):
                  "neither acc nor l is rescaled when the warp's running max grows"),
                 ("rescale:l_after_sum", dict(rescale_l="after"),
                  "l is rescaled after the step's P is added, l = (l + rowsum(P)) · alpha, not l · alpha + "
-                 "rowsum(P) (on a warp's first step alpha = 0, which wipes that step's sum)")]
+                 "rowsum(P) (on a warp's first step alpha = 0, which wipes that step's sum)"),
+                ("split_end:score_bound_context", dict(zero_to_len=True),
+                 "the keys of a warp's last step past the split's end, up to the context's end, are scored 0 "
+                 "instead of -INFINITY: the score's bound tests the context's length where the split's end is "
+                 "due (their loads are skipped, so q·k = 0, and exp2(0 - m) still counts in l)")]
     if d % 4 == 0:
         xyzw = "xyzw"
         for c in range(4):
@@ -1627,16 +1660,18 @@ def warp_stream_causes(ctx, k, v, lens, chunks):
                              f"acc's component .{xyzw[(c - 1) % 4]} is rescaled twice and .{xyzw[c]} (features "
                              f"4·lane + {c}) never, as when the line for .{xyzw[c]} repeats the one for "
                              f".{xyzw[(c - 1) % 4]}"))
+    rescale = ("when the max grows from m to m_new, both l and every component of acc are multiplied by "
+               "alpha = exp2(m - m_new) before the step's P is added.")
+    bound = "a key is scored only while j0 + u < end, the split's own end (keys past it get -INFINITY)."
     for chunk in chunks:
-        if chunk <= W * KPS:
-            continue                        # one step per warp: every variant gives the right state
         said = False
         for cid, how, what in variants:         # every variant this case cannot tell apart
+            if chunk <= W * KPS and "zero_to_len" not in how:
+                continue                        # one step per warp: a rescale bug gives the right state
             if matches(ctx, *warp_streamed(scores_all, vv, lens, chunk, W, KPS, **how)):
                 yield Cause(cid, (
                     f"{what} (the output matches that loop, each of the {W} warps taking {KPS} keys a step, "
-                    f"with {split_words(chunk, lens)}): when the max grows from m to m_new, both l and every "
-                    "component of acc are multiplied by alpha = exp2(m - m_new) before the step's P is added."))
+                    f"with {split_words(chunk, lens)}): {bound if 'zero_to_len' in how else rescale}"))
                 said = True
         if said:
             return

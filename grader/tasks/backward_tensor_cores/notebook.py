@@ -20,7 +20,7 @@ CuPy sees one, else the CPU emulator, which runs the same `mma.sync`, `ldmatrix`
 code(r'''
 import numpy as np
 import matplotlib.pyplot as plt
-from grader.course import load, on_device, runtime, timed
+from grader.course import load, on_device, plot_ladder, runtime, timed
 from grader.attention import backward, backward_lowp, lowp
 from grader.attention.baselines import backward_flops
 
@@ -219,5 +219,30 @@ else:
         measured.print_table("11")
     else:
         print("No GPU here, and no H100 figures recorded for module 11 yet (grader/data/h100_bench.json).")
+'''),
+
+md(r'''
+## 7. The speed after each idea
+
+`scripts/backward_tc_ladder.py` builds the kernel one idea at a time from the solution's code, checks
+each step against float64, and times it (H100, 2026-11-26, $B = 2$, $H = 16$, $N = 4096$, float16, full,
+the median of three timings of 20 calls back to back). Before the swizzle, bank conflicts serialise
+every fragment load, and the three steps before it hardly show (the lesson, section 12): which idea
+pays depends on what limits the kernel when it arrives.
+'''),
+
+code(r'''
+LADDER = {  # step: (ms at d = 64, ms at d = 128)
+    "1. mma, plain loads": (9.152, 17.586),
+    "2. + ldmatrix": (9.183, 17.266),
+    "3. + Pᵀ in registers": (8.342, 16.626),
+    "4. + cp.async": (7.841, 15.676),
+    "5. + swizzle": (2.066, 4.286),
+    "6. + 8-byte reductions": (1.818, 3.737),
+    "7. + unrolled (solution)": (1.530, 3.072),
+}
+BASELINES = {"module 09 (float32)": (14.559, 25.541), "FlashAttention-2": (1.301, 2.395), "cuDNN": (0.783, 1.287)}
+flops = lambda ms, d: backward_flops(dict(B=2, H=16, Hkv=16, Nq=4096, Nk=4096, d=d)) / ms / 1e9
+plot_ladder(LADDER, BASELINES, flops, "the speed after each idea, measured on an H100 on 2026-11-26")
 '''),
 ]

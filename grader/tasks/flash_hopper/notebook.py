@@ -22,7 +22,7 @@ import json
 import numpy as np
 import matplotlib.pyplot as plt
 from grader import paths
-from grader.course import load, on_device, runtime
+from grader.course import load, on_device, plot_ladder, runtime
 from grader.attention import lowp, references as R
 from grader.attention.inputs import attention_inputs
 
@@ -149,17 +149,7 @@ LADDER = {  # step: (ms at d = 64, ms at d = 128)
 BASELINES = {"module 06": (0.455, 0.899), "FlashAttention-2": (0.454, 0.763), "cuDNN": (0.287, 0.409)}
 B, H, N = 2, 16, 4096
 tflops = lambda ms, d: 4.0 * B * H * N * N * d / (ms * 1e-3) / 1e12
-fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
-for ax, (j, d) in zip(axes, enumerate((64, 128))):
-    steps = list(LADDER)
-    ax.plot(range(len(steps)), [tflops(LADDER[s][j], d) for s in steps], "o-", color="C0", label="the ladder")
-    for k, (name, ms) in enumerate(BASELINES.items()):
-        ax.axhline(tflops(ms[j], d), color=f"C{k + 1}", ls="--", lw=1, label=name)
-    ax.set_xticks(range(len(steps)), [s.split(". ")[1] for s in steps], rotation=20, fontsize=8)
-    ax.set_title(f"d = {d}"); ax.set_ylabel("TFLOP/s")
-axes[0].legend(fontsize=8)
-fig.suptitle("the speed after each idea, measured on an H100 on 2026-11-26")
-plt.show()
+plot_ladder(LADDER, BASELINES, tflops, "the speed after each idea, measured on an H100 on 2026-11-26")
 '''),
 
 md(r'''
