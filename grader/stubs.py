@@ -82,3 +82,18 @@ STUB_TODO = re.compile(r"^\s*(//|#)\s*(?P<todo>TODO\(\d+\):.*)$")
 def stub_todo_texts(stub: str) -> dict[int, str]:
     """The same from a stub's `// TODO(n): ...` lines (which derive_stub writes from the markers)."""
     return _texts(stub, STUB_TODO)
+
+
+def untouched_todos(stub: str, text: str) -> list[int]:
+    """The TODOs that `text` (a student's file) still holds as the stub has them: a `// TODO(n):` line
+    followed by the very line the stub puts after it, nothing written in between (whitespace aside).
+    In the stub's order, each number once."""
+    s = [line.strip() for line in stub.splitlines()]
+    pairs = set(zip(*(lambda t: (t, t[1:]))([line.strip() for line in text.splitlines()])))
+    out: list[int] = []
+    for line, after in zip(s, s[1:]):
+        if STUB_TODO.match(line) and (line, after) in pairs:
+            n = int(TODO_NUM.search(line)[1])
+            if n not in out:
+                out.append(n)
+    return out

@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from grader.stubs import StubError, derive_stub, todo_numbers
+from grader.stubs import StubError, derive_stub, todo_numbers, untouched_todos
 
 SOLUTION = '''KERNEL = r"""
 __global__ void f(float* o) {
@@ -41,3 +41,13 @@ def test_stub_keeps_todo_and_stub_lines_and_drops_the_answer():
 def test_malformed_markers_are_refused_with_the_line(bad, why):
     with pytest.raises(StubError, match=re.escape(why)):
         derive_stub(bad, "sol.py")
+
+
+def test_the_todos_a_file_still_holds_as_the_stub_has_them():
+    stub = derive_stub(SOLUTION)
+    assert untouched_todos(stub, stub) == [1, 2]
+    first_done = stub.replace("    (void)i;\n", "    o[i] = 2.0f * i;\n")
+    assert untouched_todos(stub, first_done) == [2]
+    comment_kept_code_after = stub.replace("    # TODO(2): launch\n", "    # TODO(2): launch\n    grid = (4,)\n")
+    assert untouched_todos(stub, comment_kept_code_after) == [1]
+    assert untouched_todos(stub, "    o[i] = 2.0f * i;\n") == []       # the comments gone: nothing to name

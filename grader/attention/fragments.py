@@ -63,11 +63,23 @@ def lower_rows_from_upper(x) -> np.ndarray:
     return cut(y.reshape(y.shape[:-6] + (n, d)))
 
 
-# P's A fragment only: its fourth register packed from row g's elements where row g + 8's are due.
+def pairs_swapped(x) -> np.ndarray:
+    """Columns 2c and 2c + 1 exchanged (a last, odd column pairs with a zero past the end)."""
+    x = np.asarray(x, np.float64)
+    d = x.shape[-1]
+    y = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, d % 2)])
+    return y.reshape(y.shape[:-1] + (-1, 2))[..., ::-1].reshape(y.shape)[..., :d]
+
+
+# P's A fragment only: its fourth register packed from row g's elements where row g + 8's are due;
+# each register's two values packed in the wrong order.
 P_BUGS = OPERAND_BUGS + (
     ("row_g_twice", lower_rows_from_upper,
      "the piece of rows 8-15, keys 8-15 of each 16×16 block holding rows 0-7's (the fourth register "
-     "packed from row g where row g + 8 is due)"),)
+     "packed from row g where row g + 8 is due)"),
+    ("pairs_swapped", pairs_swapped,
+     "each pair of neighbouring keys 2t, 2t + 1 exchanged (a register's two values packed in the wrong "
+     "order: the first argument of pack2 is the low half, key 2t)"),)
 
 
 def operand_causes(ctx, visible=None):

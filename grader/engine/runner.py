@@ -229,6 +229,34 @@ def compile_error_message(e: CompileError) -> str:
     return f"{head}\n{format_compiler_log(log)}"
 
 
+def not_implemented_message(ex: Exercise, path: Path) -> str:
+    """No output element written: which TODO to fill in next, from the TODOs the file still holds as
+    the stub has them (nothing written after the comment)."""
+    from .. import paths
+    from ..stubs import untouched_todos
+    stub = paths.exercise_file(ex.id)
+    try:
+        left = untouched_todos(stub.read_text(), Path(path).read_text()) if stub.is_file() else None
+    except OSError:
+        left = None
+    texts = dict(enumerate(ex.todos, 1))
+    head = ("not implemented yet: no output element was written (each still holds the NaN the grader "
+            "filled it with). ")
+    where = f"in {_shown(path)}; the lesson is modules/{ex.id}.md."
+    if left == []:
+        return head + (f"Every TODO has code after it {where} Check that your launch grid covers every "
+                       "element and that the kernel really stores its results (the last TODOs store them).")
+    n = left[0] if left else 1
+    todo = f"TODO({n}) ({texts[n]})" if n in texts else f"TODO({n})"
+    if n == 1:
+        return head + (f"Fill in {todo} and the TODOs after it {where} The outputs are stored by the "
+                       "last TODOs, so this message stays until those are done.")
+    done = "TODO(1)" if n == 2 else f"TODO(1) .. TODO({n - 1})"
+    return head + (f"Next: {todo}, which is still as the stub has it (nothing written after its comment), "
+                   f"and the TODOs after it {where} The outputs are stored by the last TODOs: the grader "
+                   f"can check your {done} only once those are done.")
+
+
 def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | None = None) -> CaseResult:
     """Run one case. If `keep` is a dict, the inputs, reference and outputs are left in it."""
     task = load_task(ex)
@@ -283,13 +311,7 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
         keep.update(inputs=inputs, ref=ref, out=out)
     if all(is_poison(out[k], own.get(k)).all() for k in ref if np.asarray(out[k]).size):
         res.kind = "not_implemented"
-        todo = ex.todos[0] if ex.todos else "the first TODO"
-        res.message = (f"not implemented yet: no output element was written (each still holds the "
-                       f"NaN the grader filled it with). Fill in TODO(1) ({todo}) and the TODOs "
-                       f"after it in {_shown(path)}; the lesson is modules/{ex.id}.md. The outputs "
-                       f"are stored by the last TODOs, so this message stays until those are done. "
-                       f"Filled them all in already? Then check that your launch grid covers every "
-                       f"element and that the kernel really stores its results.")
+        res.message = not_implemented_message(ex, path)
         return res
 
     cmps = {}
