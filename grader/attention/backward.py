@@ -18,7 +18,7 @@ import numpy as np
 from ..spec import Cause, Seen
 from . import references as R
 from .inputs import attention_inputs
-from . import replays
+from . import lowp, replays
 from .replays import MATCH, kernel_config, tiles
 
 OUTPUTS = ("dq", "dk", "dv")
@@ -414,6 +414,22 @@ def accumulation_causes(ctx):
                 f"{bm - bm // 2} none (the output matches that): the dQ store adds the second half's rows at "
                 "the first half's. Thread (qi, half) owns rows qi + (2 · r + half) · ROW_GROUPS: use the "
                 "same row in the dS read and in the atomicAdd."))
+    # The dS rows read for dQ from the first half of a thread's rows (qi + ROW_GROUPS · r), added at its
+    # interleaved rows qi + (2 r + half) · ROW_GROUPS: 16-row groups 2r and 2r + 1 both get group r's dQ.
+    for bm in tiles(ctx, "BLOCK_M"):
+        for groups in sorted({n // 16 for n in tiles(ctx, "NTHREADS") if n % 16 == 0}):
+            if groups >= bm or bm % (2 * groups):
+                continue
+            n_q = dq.shape[2]
+            rows = np.arange(n_q)
+            local = rows % bm
+            src = rows - local + local % groups + (local // groups) // 2 * groups
+            alt_dq = np.where((src < n_q)[:, None], dq[:, :, np.minimum(src, n_q - 1)], 0.0)
+            if _matches(ctx, dict(dq=alt_dq, dk=ctx.ref["dk"], dv=ctx.ref["dv"])):
+                yield Cause("dq:rows_read_first_half", (
+                    f"each thread's dQ rows qi + (2r + half) · {groups} hold the dQ of row qi + r · {groups} (the output "
+                    f"matches that, tiles of {bm}): the dS row read for dQ is the first half's, where it must "
+                    "be the row the atomicAdd adds to, qi + (2r + half) · ROW_GROUPS, in both places."))
     for name, kw in (("dQ", "dq_scale"), ("dK", "dk_scale")):
         for factor, what in ((1.0 / ctx.inputs["scale"], "without the scale"), (ctx.inputs["scale"], "with the scale twice")):
             if _replay(ctx, **{kw: factor}):
@@ -449,13 +465,15 @@ def accumulation_causes(ctx):
             "be formed before it is stored for dQ."))
     # The D of one query of each pair (2t, 2t + 1) used for both: a thread holds two neighbouring
     # queries of a fragment row and read one D for the two.
-    for which, pick in (("first", lambda i: i - i % 2), ("second", lambda i: i | 1)):
+    for which, pick in (("first", lambda i: i - i % 2), ("second", lambda i: i | 1), ("other", lambda i: i ^ 1)):
         def pair_d(p, dp, do, o, b, h, pick=pick):
-            D = (do * o).sum(axis=-1)
-            return D[np.minimum(pick(np.arange(D.shape[0])), D.shape[0] - 1)]
+            D = np.append((do * o).sum(axis=-1), 0.0)      # a query past n_q: its D is the tile's zero fill
+            return D[np.minimum(pick(np.arange(D.shape[0] - 1)), D.shape[0] - 1)]
         if _replay(ctx, delta=pair_d):
             yield Cause(f"D:pair_{which}", (
-                f"dS of queries 2i and 2i + 1 both subtract the {which} one's D (the output matches that): "
+                (f"dS of queries 2i and 2i + 1 both subtract the {which} one's D" if which != "other" else
+                 "dS of each query subtracts its neighbour's D, 2i that of 2i + 1 and the other way round") +
+                " (the output matches that): "
                 "a lane's two neighbouring queries (2t and 2t + 1 of a fragment row) each take their own "
                 "D, the .x and the .y of the pair it read."))
     # Each query tile's dQ added at tile 0's rows: rows r < BLOCK_M hold the sum over the tiles of
@@ -524,6 +542,19 @@ def store_causes(ctx):
                 f"{names[name]} holds features 2c and 2c + 1 exchanged (the output matches that; the other "
                 f"gradients are right): its store writes each pair (lo, hi) as (hi, lo). The first value of "
                 f"a pair goes to the even feature (the low half of the 32-bit pair, .x of a float2)."))
+    dtype = ctx.params.get("dtype")
+    if dtype in ("float16", "bfloat16"):
+        other = "bfloat16" if dtype == "float16" else "float16"
+        for name in OUTPUTS:
+            with np.errstate(over="ignore", invalid="ignore"):
+                raw = lowp.encode(ctx.ref[name], other).view(np.uint16)       # the bits the store wrote
+                bits = (raw.view(np.float16) if dtype == "float16" else lowp.bf16_value(raw)).astype(np.float64)
+            if _matches(ctx, {**{n: ctx.ref[n] for n in OUTPUTS}, name: bits}):
+                yield Cause(f"store:{name}_other_type", (
+                    f"{names[name]} holds {other} bits read as {dtype} (the output matches that; the other gradients "
+                    f"are right): its store converts to {other} (__floats2{'half2' if other == 'float16' else 'bfloat162'}_rn, "
+                    f"{'__half2' if other == 'float16' else '__nv_bfloat162'}) where the element type is {dtype}: "
+                    "store with elem2_t and to_elem2, which follow USE_BF16."))
     config = kernel_config(getattr(ctx, "config", None), ctx.params)
     bn, nt = config.get("BLOCK_N"), config.get("NTHREADS")
     if not (isinstance(bn, int) and isinstance(nt, int)) or nt < 16 or (bn * 8) % (nt // 2):

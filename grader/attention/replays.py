@@ -1213,6 +1213,16 @@ def decode_diagnose(ctx, kv_cache_fn):
                     "has row b · H + h."))
                 break
 
+    # The workspace row of query head kv · G + g written at kv + g · Hkv (the heads interleaved): the
+    # combine then reads head h's row as the head written there, a permutation of the heads.
+    if group > 1 and Hkv > 1 and live.any():
+        src = np.array([(h % Hkv) * group + h // Hkv for h in range(H)])      # the head stored at row h
+        if matches(ctx, o=ctx.ref["o"][:, src], lse=ctx.ref["lse"][:, src]):
+            yield Cause("store:workspace_interleaved", (
+                f"query head h holds the answer of head (h % Hkv) · {group} + h / Hkv (the output matches that; "
+                f"H = {H}, Hkv = {Hkv}): the partial kernel writes head kv · GROUP + g to workspace row kv + g · "
+                "Hkv, the heads interleaved. Its row is b · H + kv · GROUP + g, where the combine reads it."))
+
     # The workspace rows of the group's heads g > 0 never written (a store for g == 0 only): their o
     # and lse copy the poison through the combine; the first head of each group is right.
     others = (np.arange(H) % group != 0)[None, :] & live[:, None]            # [B, H]
@@ -1598,13 +1608,14 @@ def _float4_factor(d: int, missed: int, twice: int | None):
     return factor
 
 
-def warp_streamed(scores, v, lens, chunk: int, warps: int, step_keys: int, zero_to_len=False, **how):
+def warp_streamed(scores, v, lens, chunk: int, warps: int, step_keys: int, zero_past=None, **how):
     """Split-KV decode as the partial kernel runs it: in each split of `chunk` keys, warp w streams
     the keys start + w·step_keys .., step_keys of them a step, warps·step_keys apart (keys past the
     split's end masked), through `streamed` (with `how`, a bug of that loop); the warps' states are
     merged and the splits combined, both right. scores [B, H, L] (natural units), v [B, H, L, d] ->
-    (o [B, H, d], lse [B, H]). zero_to_len: the keys of a warp's last step past the split's end but
-    before the context's end are scored 0 with value 0 (loads skipped, the score's bound wrong)."""
+    (o [B, H, d], lse [B, H]). zero_past: the keys of a warp's last step past the split's end are
+    scored 0 with value 0 (their loads skipped, their score not masked): "context", those before the
+    context's end (the score's bound at the context's end); "all", every one (no bound on the score)."""
     B, H, _, d = v.shape
     n_splits = max(1, -(-int(np.max(lens)) // chunk))
     o_part, lse_part = np.zeros((B, H, n_splits, d)), np.full((B, H, n_splits), -np.inf)
@@ -1616,7 +1627,7 @@ def warp_streamed(scores, v, lens, chunk: int, warps: int, step_keys: int, zero_
                 if not starts:
                     continue                    # a warp with no key: l = 0, no weight in the merge
                 idx = np.concatenate([np.arange(j0, j0 + step_keys) for j0 in starts])
-                zero = (idx >= hi) & (idx < int(lens[b])) if zero_to_len else np.zeros(idx.shape, bool)
+                zero = (idx >= hi) & ((idx < int(lens[b])) if zero_past == "context" else (zero_past == "all"))
                 inside, idx = idx < hi, np.minimum(idx, hi - 1)
                 s_w = np.where(inside, scores[b][:, idx], np.where(zero, 0.0, -np.inf))
                 v_w = np.where(inside[:, None], v[b][:, idx], 0.0)
@@ -1645,10 +1656,13 @@ def warp_stream_causes(ctx, k, v, lens, chunks):
                 ("rescale:l_after_sum", dict(rescale_l="after"),
                  "l is rescaled after the step's P is added, l = (l + rowsum(P)) · alpha, not l · alpha + "
                  "rowsum(P) (on a warp's first step alpha = 0, which wipes that step's sum)"),
-                ("split_end:score_bound_context", dict(zero_to_len=True),
+                ("split_end:score_bound_context", dict(zero_past="context"),
                  "the keys of a warp's last step past the split's end, up to the context's end, are scored 0 "
                  "instead of -INFINITY: the score's bound tests the context's length where the split's end is "
-                 "due (their loads are skipped, so q·k = 0, and exp2(0 - m) still counts in l)")]
+                 "due (their loads are skipped, so q·k = 0, and exp2(0 - m) still counts in l)"),
+                ("bounds_mask:missing", dict(zero_past="all"),
+                 "the keys of a warp's last step past the split's end are scored 0 instead of -INFINITY: the "
+                 "score has no bound (their loads are skipped, so q·k = 0, and exp2(0 - m) still counts in l)")]
     if d % 4 == 0:
         xyzw = "xyzw"
         for c in range(4):
@@ -1666,12 +1680,12 @@ def warp_stream_causes(ctx, k, v, lens, chunks):
     for chunk in chunks:
         said = False
         for cid, how, what in variants:         # every variant this case cannot tell apart
-            if chunk <= W * KPS and "zero_to_len" not in how:
+            if chunk <= W * KPS and "zero_past" not in how:
                 continue                        # one step per warp: a rescale bug gives the right state
             if matches(ctx, *warp_streamed(scores_all, vv, lens, chunk, W, KPS, **how)):
                 yield Cause(cid, (
                     f"{what} (the output matches that loop, each of the {W} warps taking {KPS} keys a step, "
-                    f"with {split_words(chunk, lens)}): {bound if 'zero_to_len' in how else rescale}"))
+                    f"with {split_words(chunk, lens)}): {bound if 'zero_past' in how else rescale}"))
                 said = True
         if said:
             return

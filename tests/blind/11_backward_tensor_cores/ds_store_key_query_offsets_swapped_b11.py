@@ -203,7 +203,7 @@ extern "C" __global__ void backward_preprocess(const elem_t* __restrict__ o, con
 
 // ---- The products of one step, per warp -----------------------------------------------------------
 // One 16-feature step kk of x += (the warp's 16 rows of a_s) · (the 16 · QSTEPS rows of b_t)ᵀ: Sᵀ = K Qᵀ
-// with (k_s, Q tile), dPᵀ = V dOᵀ with (v_s, dO tile). x[nt] is the C fragment of rows warp_row + g (+ 8)
+// with (k_s, Q tile), dPᵀ = V dOᵀ with (v_s, dO tile). x[nt] is the C fragment of rows 16 · warp + g (+ 8)
 // of a_s, columns (rows of b_t) 8 nt + 2t (+ 1). Both tiles are [row][feature] with D features.
 template <int D>
 __device__ __forceinline__ void product_t_step(float (&x)[NT][4], const elem_t* a_s, const elem_t* b_t, int kk,
