@@ -237,3 +237,14 @@ def test_a_warpgroup_instruction_reached_by_part_of_the_warpgroup_is_named(rt):
                         '    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");')
     msg = fault_of(rt, src)
     assert "threads 0-63 of warpgroup 0 wait in wgmma.fence" in msg and "64-127" in msg and "returned" in msg
+
+
+def test_wgmma_reading_shared_memory_nothing_wrote_is_named(rt):
+    # B's TMA copy left out (and its bytes from expect_tx): B's tile still holds what the block began with.
+    src = PROBE.replace('"r"(bar), "r"(16384) : "memory");', '"r"(bar), "r"(8192) : "memory");')
+    src = src.replace('''        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
+                     :: "r"(smem_addr(b_s)), "l"(&b_map), "r"(0), "r"(0), "r"(0), "r"(bar) : "memory");
+''', "")
+    assert src.count("cp.async.bulk.tensor") == 1
+    msg = fault_of(rt, src)
+    assert "reads B" in msg and "nothing has written since the block started" in msg
