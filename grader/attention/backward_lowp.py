@@ -175,6 +175,28 @@ def fragment_causes(ctx):
             "2t + 8 ..), a[3]: dS read for dQ with ldmatrix_x4_trans of block16_across gives them in that "
             "order (block16 gives a[1] and a[2] the other way round), and each register of dSᵀ must be "
             "stored at key warp_key + g + 8 (x % 2), queries 16 kk + 8 (x / 2) + 2t."))
+    # K read for dQ with its B registers paired as for a plain ldmatrix: each 16 × 16 block of K (keys ×
+    # features) with its off-diagonal pieces exchanged.
+    if backward._replay(ctx, dq_k=quadrants_swapped):
+        yield Cause("fragment:dq_b:quadrants", (
+            "dQ matches dS K with K's off-diagonal 8 × 8 pieces of each 16 × 16 block exchanged (keys 8-15 of "
+            "features 0-7 with keys 0-7 of features 8-15; dK and dV are right): K's B fragments for dQ are "
+            "paired wrongly. From ldmatrix_x4_trans of a 16 × 16 block of k_s, feature tile 2dp takes "
+            "(kb[0], kb[1]), keys 0-7 then 8-15, and feature tile 2dp + 1 takes (kb[2], kb[3])."))
+    # D chosen by the element's key half (e / 2) where its query (e % 2) is due: keys g of a warp's 16
+    # take the pair's first query's D, keys g + 8 the second's.
+    n_k = np.shape(ctx.inputs["k"])[-2]
+    upper = (np.arange(n_k) % 16 < 8)[None, :]
+    def by_key_half(p, dp, D):
+        Dp = np.append(D[:, 0], 0.0)                    # a query past n_q: the tile's zero fill
+        i = np.arange(D.shape[0])
+        first, second = Dp[i - i % 2][:, None], Dp[np.minimum(i | 1, D.shape[0])][:, None]
+        return p * (dp - np.where(upper, first, second))
+    if backward._replay(ctx, ds_of=by_key_half):
+        yield Cause("D:key_half", (
+            "dS takes the D of the lane's first query for its keys g and of its second query for keys g + 8 (the "
+            "output matches that): D is chosen by e / 2, which is the key half of element e, where e % 2, its "
+            "query, is due. Element e of a C fragment is key g + 8 (e / 2), query 2t + e % 2."))
     d = np.shape(ctx.inputs["q"])[-1]
     parts = _dq_parts(ctx, d)
     if parts:
