@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Module 11's backward in the variants its lesson compares (section 12): the solution, the solution with
 one of its choices undone (an ablation), and the alternatives tried (dQ by a separate pass, other tiles,
-one barrier per step, K and V in registers, wider reductions). Every variant is the solution's own text
+one barrier per step, K and V in registers, wider reductions, FlashAttention-2's warp tiling). Every variant is the solution's own text
 with an edit, so it follows the solution. Checked on the emulator, compiled with nvcc, or checked and
 timed on a GPU next to PyTorch's FlashAttention-2 and cuDNN backward.
 
@@ -21,7 +21,10 @@ were made: the fastest of the candidates, timed on the H100).
 
 The variants: the solution and the kernels it was chosen among; then, marked "ref:", one change each
 to a reference kernel (dQ's key loop fully unrolled, B of Sᵀ and dPᵀ read across first), the kernel
-the lesson's second table starts from; last, the 2026-11-26 solution's own choices.
+the lesson's second table starts from; the 2026-11-26 solution's own choices; last, the changes tried
+after the solution (the lesson's third table): fewer address instructions, two sets of dQ accumulators,
+three stages, dQ by bulk asynchronous reductions, and FlashAttention-2's 2D warp tiling (a kernel of its
+own, TILED_2D_KERNEL, around the solution's helpers).
 
 The separate dQ pass: the solution's kernel with its dQ step cut out (the text between two of its
 comments, not a copy), and a second kernel, one block per query tile, that owns its rows of dQ and
@@ -382,6 +385,348 @@ def dq_pass_backward(rt, q, k, v, o, lse, do, scale, causal=False, dtype=None, e
     return dq, dk, dv
 
 
+def three_stages(text: str) -> str:
+    """Three stages: the copies of step it + 2 issued at step it, and each step waits for all but the
+    newest group (Nsight Compute's samples put 6 % of the solution's warp time at the wait for the next
+    stage's copies)."""
+    assert text.count("(it % 2) * STAGE") == 2
+    text = text.replace("(it % 2) * STAGE", "(it % 3) * STAGE")
+    for edit in (replace("""    if (n_steps > 0) load_step(0);
+    cp_async_commit();
+""", """    if (n_steps > 0) load_step(0);
+    cp_async_commit();
+    if (n_steps > 1) load_step(1);
+    cp_async_commit();
+"""), replace("""        cp_async_wait<0>();
+        __syncthreads();
+        if (it + 1 < n_steps) load_step(it + 1);""", """        cp_async_wait<1>();
+        __syncthreads();
+        if (it + 2 < n_steps) load_step(it + 2);""")):
+        text = edit(text)
+    return text
+
+
+# dQ's rows of a warp staged in shared memory (dq_s, rows padded by 8 floats) and added to dq_acc by one
+# bulk asynchronous reduction per row (cp.reduce.async.bulk .add.f32, sm_90): the TMA unit does the
+# adds, the warp goes on. A row of a warp's part is 128 contiguous bytes of dq_acc; dq_s's rows are
+# 8 floats longer than D, so that the float2 stores of a fragment's 8 rows fall in different banks.
+BULK_DQ = replace(ATOMIC_BLOCK, """        {
+            constexpr int DQ_LD = D + 8;
+            float* dq_s = reinterpret_cast<float*>(stages + 2 * STAGE);
+            asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            __syncwarp();
+            #pragma unroll
+            for (int r = 0; r < 2; ++r)
+                #pragma unroll
+                for (int dt = 0; dt < DQ_DT; ++dt)
+                    *reinterpret_cast<float2*>(&dq_s[(mq * 16 + g + 8 * r) * DQ_LD + fq * DQ_DT * 8 + dt * 8 + 2 * t]) =
+                        make_float2(dq_frag[dt][2 * r], dq_frag[dt][2 * r + 1]);
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            __syncwarp();
+            const int i = m_start + mq * 16 + lane;
+            if (lane < 16 && i < n_q)
+                asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+                             :: "l"(dq_acc + (bh + i) * D + fq * DQ_DT * 8),
+                                "r"(smem_addr(&dq_s[(mq * 16 + lane) * DQ_LD + fq * DQ_DT * 8])),
+                                "n"(DQ_DT * 8 * 4) : "memory");
+            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        }""")
+
+
+def bulk_end(text: str) -> str:
+    """No bulk reduction outlives the block."""
+    return replace("    cp_async_wait<0>();                      // no copy outlives the block\n",
+                   "    cp_async_wait<0>();                      // no copy outlives the block\n"
+                   "    asm volatile(\"cp.async.bulk.wait_group 0;\" ::: \"memory\");\n")(text)
+
+
+# block16 written as (what the loops add: r16 · 16 · W + (c16 / 4) · 64) + (the lane's part, one
+# expression per c16 % 4): the swizzle's XOR touches only a chunk's low 3 bits (W >= 64), so the lane's
+# part is the same for c16 and c16 + 4 and the compiler computes it once. nvcc 13.0 (sm_90, float16,
+# d = 128): 979 instructions per step against the solution's 1074.
+LANE_PART = replace("""    return swz<W>(r16 * 16 + lane % 16, c16 * 16 + (lane / 16) * 8);
+}""", """    if (W >= 64) return r16 * 16 * W + (c16 / 4) * 64 + swz<W>(lane % 16, (c16 % 4) * 16 + (lane / 16) * 8);
+    return swz<W>(r16 * 16 + lane % 16, c16 * 16 + (lane / 16) * 8);
+}""")
+
+# dQ in two sets of accumulators (even and odd key steps), summed before the reductions: twice the
+# independent mma chains in dQ's loop.
+DQ_TWO_SETS = (
+    replace("""            for (int e = 0; e < 4; ++e) dq_frag[dt][e] = 0.0f;
+""", """            for (int e = 0; e < 4; ++e) dq_frag[dt][e] = 0.0f;
+        float dq_odd[DQ_DT][4];
+        #pragma unroll
+        for (int dt = 0; dt < DQ_DT; ++dt)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) dq_odd[dt][e] = 0.0f;
+"""),
+    replace("""                mma_16816(dq_frag[2 * dp], ds_a, kb[0], kb[1]);
+                mma_16816(dq_frag[2 * dp + 1], ds_a, kb[2], kb[3]);
+            }
+        }
+""", """                mma_16816(kk % 2 ? dq_odd[2 * dp] : dq_frag[2 * dp], ds_a, kb[0], kb[1]);
+                mma_16816(kk % 2 ? dq_odd[2 * dp + 1] : dq_frag[2 * dp + 1], ds_a, kb[2], kb[3]);
+            }
+        }
+        #pragma unroll
+        for (int dt = 0; dt < DQ_DT; ++dt)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) dq_frag[dt][e] += dq_odd[dt][e];
+"""))
+
+# FlashAttention-2's warp tiling: the kernel and its product helpers replaced (the header, the PTX
+# wrappers, the tile loads, backward_preprocess and convert_dq stay the solution's). BLOCK_M = 64 at both
+# head dimensions. The 8 warps tile Sᵀ and dPᵀ (128 keys × 64 queries) 4 × 2, each 32 × 32; Pᵀ and dSᵀ,
+# rounded, go to shared memory (pt_s, ds_s) and come back by ldmatrix as A of dV and dK, which the warps
+# tile 4 × 2 (32 keys × D/2 features each); dQ is tiled 2 × 4 (32 queries × D/4 features). Fewer bytes
+# of shared memory read per mma than the solution's one-warp-per-16-keys (each warp's tiles are
+# squarer), at the price of the Pᵀ and dSᵀ round trip.
+TILED_2D_KERNEL = r"""
+// ---- 2D warp tiling: Pᵀ and dSᵀ through shared memory ------------------------------------------------
+// Warp w: for Sᵀ, dPᵀ, dV and dK keys 32 (w % 4) ..; for Sᵀ and dPᵀ queries 32 (w / 4) ..; for dV and dK
+// features (w / 4) D/2 ..; for dQ queries 32 (w / 4) .. and features (w % 4) D/4 ...
+constexpr int WK = 4;                        // warps along the keys
+constexpr int WQ = WARPS / WK;               // warps along the queries (2)
+constexpr int KM = BLOCK_N / WK / 16;        // 16-key m tiles per warp (2)
+constexpr int QN = BLOCK_M / WQ / 8;         // 8-query n tiles of Sᵀ per warp (4)
+static_assert(BLOCK_N % (16 * WK) == 0 && BLOCK_M % (16 * WQ) == 0 && QN % 2 == 0, "2D tiling");
+
+// x[mi][nt] = (the warp's keys of a_s) · (its queries of b_t)ᵀ over all D features.
+template <int D>
+__device__ __forceinline__ void product_2d(float (&x)[KM][QN][4], const elem_t* a_s, const elem_t* b_t,
+                                           int wk, int wq, int lane)
+{
+    #pragma unroll
+    for (int mi = 0; mi < KM; ++mi)
+        #pragma unroll
+        for (int nt = 0; nt < QN; ++nt)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) x[mi][nt][e] = 0.0f;
+    #pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        unsigned a[KM][4];
+        #pragma unroll
+        for (int mi = 0; mi < KM; ++mi) ldmatrix_x4(a[mi], a_s + block16<D>(wk * KM + mi, kk, lane));
+        #pragma unroll
+        for (int np = 0; np < QN / 2; ++np) {
+            unsigned b[4];
+            ldmatrix_x4(b, b_t + block16<D>(wq * (QN / 2) + np, kk, lane));
+            #pragma unroll
+            for (int mi = 0; mi < KM; ++mi) {
+                mma_16816(x[mi][2 * np], a[mi], b[0], b[2]);
+                mma_16816(x[mi][2 * np + 1], a[mi], b[1], b[3]);
+            }
+        }
+    }
+}
+
+// acc[mi][dt] += (the warp's keys of at_s: [key][query]) · b_t (its features), over the BLOCK_M queries.
+template <int D>
+__device__ __forceinline__ void add_product_2d(float (&acc)[KM][D / 16][4], const elem_t* at_s, const elem_t* b_t,
+                                               int wk, int wf, int lane)
+{
+    #pragma unroll
+    for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
+        unsigned a[KM][4];
+        #pragma unroll
+        for (int mi = 0; mi < KM; ++mi) ldmatrix_x4(a[mi], at_s + block16<BLOCK_M>(wk * KM + mi, kk, lane));
+        #pragma unroll
+        for (int dp = 0; dp < D / 32; ++dp) {
+            unsigned b[4];
+            ldmatrix_x4_trans(b, b_t + block16<D>(kk, wf * (D / 32) + dp, lane));
+            #pragma unroll
+            for (int mi = 0; mi < KM; ++mi) {
+                mma_16816(acc[mi][2 * dp], a[mi], b[0], b[1]);
+                mma_16816(acc[mi][2 * dp + 1], a[mi], b[2], b[3]);
+            }
+        }
+    }
+}
+
+template <int D>
+__global__ void __launch_bounds__(NTHREADS)
+flash_backward_tc(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_t* __restrict__ v,
+                  const elem_t* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
+                  float* __restrict__ dq_acc, elem_t* __restrict__ dk, elem_t* __restrict__ dv,
+                  int H, int H_kv, int n_q, int n_k, float scale, int causal)
+{
+    static_assert(D % 64 == 0, "the swizzle permutes 8 chunks of 16 bytes: D must be a multiple of 64");
+    constexpr int FT = D / 16;               // 8-feature tiles of dK and dV per warp (half the features)
+    constexpr int QM = BLOCK_M / WQ / 16;    // 16-query m tiles of dQ per warp
+    constexpr int DQ_DT = D / WK / 8;        // 8-feature tiles of dQ per warp
+    static_assert(DQ_DT % 2 == 0, "dQ's B fragments come 16 features at a time");
+    constexpr int STAGE = 2 * BLOCK_M * D + 4 * BLOCK_M;
+
+    extern __shared__ uint4 smem_u4[];
+    elem_t* k_s = reinterpret_cast<elem_t*>(smem_u4);    // [BLOCK_N][D]
+    elem_t* v_s = k_s + BLOCK_N * D;                     // [BLOCK_N][D]
+    elem_t* pt_s = v_s + BLOCK_N * D;                    // Pᵀ  [BLOCK_N][BLOCK_M]
+    elem_t* ds_s = pt_s + BLOCK_N * BLOCK_M;             // dSᵀ [BLOCK_N][BLOCK_M]
+    elem_t* stages = ds_s + BLOCK_N * BLOCK_M;
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int wk = warp % WK, wq = warp / WK;
+    const int k_start = blockIdx.x * BLOCK_N;
+    const int h_kv = blockIdx.y, b = blockIdx.z;
+    const int group = H / H_kv;
+    const float scale_log2 = scale * M_LOG2E_F;
+    const int offset = n_k - n_q;
+    const elem_t* k_b = k + (size_t)(b * H_kv + h_kv) * n_k * D;
+    const elem_t* v_b = v + (size_t)(b * H_kv + h_kv) * n_k * D;
+
+    const int m_begin = causal ? max(0, (k_start - offset) / BLOCK_M * BLOCK_M) : 0;
+    const int m_tiles = m_begin < n_q ? (n_q - m_begin + BLOCK_M - 1) / BLOCK_M : 0;
+    const int n_steps = group * m_tiles;
+
+    auto load_step = [&](int it) {
+        elem_t* st = stages + (it % 2) * STAGE;
+        const int h = h_kv * group + it / m_tiles, m_start = m_begin + (it % m_tiles) * BLOCK_M;
+        const size_t bh = (size_t)(b * H + h) * n_q;
+        load_tile_async<BLOCK_M, D>(st, q + bh * D, m_start, n_q, tid);
+        load_tile_async<BLOCK_M, D>(st + BLOCK_M * D, dout + bh * D, m_start, n_q, tid);
+        float* rows_s = reinterpret_cast<float*>(st + 2 * BLOCK_M * D);
+        if (tid < 2 * BLOCK_M) {
+            const int r = tid % BLOCK_M;
+            const bool valid = m_start + r < n_q;
+            cp_async_4(rows_s + tid, (tid < BLOCK_M ? lse : delta) + bh + (valid ? m_start + r : 0), valid);
+        }
+    };
+
+    load_tile_async<BLOCK_N, D>(k_s, k_b, k_start, n_k, tid);
+    load_tile_async<BLOCK_N, D>(v_s, v_b, k_start, n_k, tid);
+    cp_async_commit();
+    if (n_steps > 0) load_step(0);
+    cp_async_commit();
+
+    float dv_acc[KM][FT][4], dk_acc[KM][FT][4];
+    #pragma unroll
+    for (int mi = 0; mi < KM; ++mi)
+        #pragma unroll
+        for (int dt = 0; dt < FT; ++dt)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) { dv_acc[mi][dt][e] = 0.0f; dk_acc[mi][dt][e] = 0.0f; }
+
+    for (int it = 0; it < n_steps; ++it) {
+        const int h = h_kv * group + it / m_tiles, m_start = m_begin + (it % m_tiles) * BLOCK_M;
+        const size_t bh = (size_t)(b * H + h) * n_q;
+        const elem_t* q_t = stages + (it % 2) * STAGE;
+        const elem_t* do_t = q_t + BLOCK_M * D;
+        const float* lse_t = reinterpret_cast<const float*>(do_t + BLOCK_M * D);
+        const float* delta_t = lse_t + BLOCK_M;
+
+        cp_async_wait<0>();
+        __syncthreads();
+        if (it + 1 < n_steps) load_step(it + 1);
+        cp_async_commit();
+
+        const bool masked = (causal && k_start + BLOCK_N - 1 > m_start + offset)
+                            || k_start + BLOCK_N > n_k || m_start + BLOCK_M > n_q;
+
+        float pT[KM][QN][4], dsT[KM][QN][4];
+        product_2d<D>(pT, k_s, q_t, wk, wq, lane);
+        #pragma unroll
+        for (int mi = 0; mi < KM; ++mi)
+            #pragma unroll
+            for (int nt = 0; nt < QN; ++nt) {
+                const int ql = wq * (BLOCK_M / WQ) + nt * 8 + 2 * t;
+                const float2 lse2 = *reinterpret_cast<const float2*>(&lse_t[ql]);
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int kl = wk * KM * 16 + mi * 16 + g + 8 * (e / 2);
+                    const int j = k_start + kl, i = m_start + ql + e % 2;
+                    const bool visible = !masked || (j < n_k && i < n_q && (!causal || j <= i + offset));
+                    const float lse_log2 = (e % 2 ? lse2.y : lse2.x) * M_LOG2E_F;
+                    pT[mi][nt][e] = visible ? exp2f(fmaf(pT[mi][nt][e], scale_log2, -lse_log2)) : 0.0f;
+                }
+                #pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    *reinterpret_cast<unsigned*>(&pt_s[swz<BLOCK_M>(wk * KM * 16 + mi * 16 + g + 8 * r, ql)]) =
+                        pack2(pT[mi][nt][2 * r], pT[mi][nt][2 * r + 1]);
+            }
+        product_2d<D>(dsT, v_s, do_t, wk, wq, lane);
+        #pragma unroll
+        for (int mi = 0; mi < KM; ++mi)
+            #pragma unroll
+            for (int nt = 0; nt < QN; ++nt) {
+                const int ql = wq * (BLOCK_M / WQ) + nt * 8 + 2 * t;     // the lane's first query in the tile
+                const float2 d2 = *reinterpret_cast<const float2*>(&delta_t[ql]);
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) dsT[mi][nt][e] = pT[mi][nt][e] * (dsT[mi][nt][e] - (e % 2 ? d2.y : d2.x));
+                #pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    *reinterpret_cast<unsigned*>(&ds_s[swz<BLOCK_M>(wk * KM * 16 + mi * 16 + g + 8 * r, ql)]) =
+                        pack2(dsT[mi][nt][2 * r], dsT[mi][nt][2 * r + 1]);
+            }
+        __syncthreads();                     // Pᵀ and dSᵀ of the whole tile are in shared memory
+
+        add_product_2d<D>(dv_acc, pt_s, do_t, wk, wq, lane);
+        add_product_2d<D>(dk_acc, ds_s, q_t, wk, wq, lane);
+
+        // dQ: warp takes queries 32 wq .. and features wk · D/4 ..
+        float dq_frag[QM][DQ_DT][4];
+        #pragma unroll
+        for (int mi = 0; mi < QM; ++mi)
+            #pragma unroll
+            for (int dt = 0; dt < DQ_DT; ++dt)
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) dq_frag[mi][dt][e] = 0.0f;
+        #pragma unroll 4
+        for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+            unsigned ds_a[QM][4];
+            #pragma unroll
+            for (int mi = 0; mi < QM; ++mi)
+                ldmatrix_x4_trans(ds_a[mi], ds_s + block16_across<BLOCK_M>(kk, wq * QM + mi, lane));
+            #pragma unroll
+            for (int dp = 0; dp < DQ_DT / 2; ++dp) {
+                unsigned kb[4];
+                ldmatrix_x4_trans(kb, k_s + block16<D>(kk, wk * DQ_DT / 2 + dp, lane));
+                #pragma unroll
+                for (int mi = 0; mi < QM; ++mi) {
+                    mma_16816(dq_frag[mi][2 * dp], ds_a[mi], kb[0], kb[1]);
+                    mma_16816(dq_frag[mi][2 * dp + 1], ds_a[mi], kb[2], kb[3]);
+                }
+            }
+        }
+        #pragma unroll
+        for (int mi = 0; mi < QM; ++mi)
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int i = m_start + wq * QM * 16 + mi * 16 + g + 8 * r;
+                if (i < n_q) {
+                    float* row = dq_acc + (bh + i) * D + wk * DQ_DT * 8 + 2 * t;
+                    #pragma unroll
+                    for (int dt = 0; dt < DQ_DT; ++dt) atomic_add2(row + dt * 8, dq_frag[mi][dt][2 * r], dq_frag[mi][dt][2 * r + 1]);
+                }
+            }
+    }
+    cp_async_wait<0>();
+
+    #pragma unroll
+    for (int mi = 0; mi < KM; ++mi)
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int j = k_start + wk * KM * 16 + mi * 16 + g + 8 * r;
+            if (j < n_k) {
+                const size_t row = ((size_t)(b * H_kv + h_kv) * n_k + j) * D + wq * (D / 2);
+                #pragma unroll
+                for (int dt = 0; dt < FT; ++dt) {
+                    *reinterpret_cast<elem2_t*>(dv + row + dt * 8 + 2 * t) = to_elem2(dv_acc[mi][dt][2 * r], dv_acc[mi][dt][2 * r + 1]);
+                    *reinterpret_cast<elem2_t*>(dk + row + dt * 8 + 2 * t) =
+                        to_elem2(scale * dk_acc[mi][dt][2 * r], scale * dk_acc[mi][dt][2 * r + 1]);
+                }
+            }
+        }
+}
+
+"""
+
+
+def tiled_2d(text: str) -> str:
+    a, b = text.index("// ---- The products of one step, per warp"), text.index("// dq = scale · dq_acc")
+    return text[:a] + TILED_2D_KERNEL + text[b:]
+
+
 # ---- the variants -------------------------------------------------------------------------------------
 
 
@@ -391,9 +736,12 @@ class Variant:
     edits: tuple = ()          # text edits of the solution's KERNEL, in order
     config: dict = field(default_factory=dict)   # d -> tile changes (BLOCK_M, BLOCK_N) against CONFIG[d]
     dims: tuple = (128, 64)
-    ds_halves: int = 1         # 2: ds_s doubled (one barrier per step)
+    ds_halves: int = 1         # 2: ds_s doubled (one barrier per step; the 2D tiling's pt_s)
     check: bool = True         # False: a diagnostic that computes a wrong dQ on purpose
     separate_dq: bool = False
+    stages: int = 2            # stages of Q, dO, lse and D
+    emulated: bool = True      # False: uses PTX the CPU emulator does not run (checked on a GPU only)
+    dq_staged: bool = False    # dq_s [BLOCK_M][D + 8] floats after the stages
 
     @functools.cached_property
     def module(self):
@@ -408,6 +756,13 @@ class Variant:
             base = mod.shared_bytes
             mod.shared_bytes = lambda d: base(d) + (self.ds_halves - 1) * mod.ELEMENT_BYTES * \
                 mod.CONFIG[d]["BLOCK_M"] * mod.CONFIG[d]["BLOCK_N"]
+        if self.stages != 2:
+            base2 = mod.shared_bytes
+            mod.shared_bytes = lambda d: base2(d) + (self.stages - 2) * (
+                mod.ELEMENT_BYTES * 2 * mod.CONFIG[d]["BLOCK_M"] * d + 8 * mod.CONFIG[d]["BLOCK_M"])
+        if self.dq_staged:
+            base3 = mod.shared_bytes
+            mod.shared_bytes = lambda d: base3(d) + 4 * mod.CONFIG[d]["BLOCK_M"] * (d + 8)
         return mod
 
     def backward(self, rt, *args, **kw):
@@ -454,6 +809,12 @@ VARIANTS = [
     Variant("ref: K and V in registers, BLOCK_M = 32", REF + KV_IN_REGISTERS, config={64: dict(BLOCK_M=32)}, dims=(64,)),
     # The 2026-11-26 solution's choices: two loops, both rolled, dS reordered, 4-byte reductions.
     Variant("the 2026-11-26 kernel's choices", (SPLIT_PRODUCTS,) + ROLLED + (DS_ORDER, SCALAR_ATOMICS)),
+    # Tried on 2026-11-27, after the solution: the lesson's "ways on" (section 12), one change each.
+    Variant("fewer address instructions (lane part once)", (LANE_PART,)),
+    Variant("dQ in two accumulator sets", DQ_TWO_SETS),
+    Variant("three stages", (three_stages,), stages=3),
+    Variant("dQ by bulk asynchronous reductions", (BULK_DQ, bulk_end), dq_staged=True, emulated=False),
+    Variant("FlashAttention-2's 2D warp tiling", (tiled_2d,), config={128: dict(BLOCK_M=64)}, ds_halves=2),
 ]
 
 # ---- nvcc builds: --nvcc, --build, and the GPU runtime that loads them ---------------------------------
@@ -584,6 +945,9 @@ def run_checks(rt, names=CHECK_CASES) -> set:
     failed = set()
     for v in VARIANTS:
         if not v.check:
+            continue
+        if not v.emulated and getattr(rt, "name", "") == "cpu":
+            print(f"  skip {v.label:44} (PTX the CPU emulator does not run: checked on a GPU only)", flush=True)
             continue
         for name in names:
             if cases[name].params["d"] not in v.dims:

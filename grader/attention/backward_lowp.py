@@ -129,6 +129,21 @@ def _dq_parts(ctx, d: int) -> int | None:
     return parts if parts > 1 and d % parts == 0 else None
 
 
+def _kernel_like(ctx, **kw) -> bool:
+    """Do the gradients match backward.gradients(**kw) computed as this kernel computes: in float32, Pᵀ
+    and dSᵀ rounded to the input type before their products, the gradients stored in it? Sums of terms
+    past 1e36 overflow float32 or not by the order they are added in, which the replay does not share
+    with the kernel: there, both count alike as overflowed."""
+    dtype = ctx.params["dtype"]
+    with np.errstate(over="ignore", invalid="ignore"):
+        alt = backward.gradients(ctx.inputs, dv_p=lambda p: lowp.rounded(p, dtype),
+                                 ds_of=lambda p, dp, D: lowp.rounded(p * (dp - D), dtype), work=np.float32, **kw)
+        alt = {n: lowp.rounded(x, dtype) for n, x in zip(OUTPUTS, alt)}      # stored in the input type
+    big = lambda x: np.where(~np.isfinite(x) | (np.abs(x) > 1e36), np.inf, x)   # noqa: E731
+    return backward._matches(dataclasses.replace(ctx, out={n: big(np.asarray(x, np.float64)) for n, x in ctx.out.items()}),
+                             {n: big(x) for n, x in alt.items()})
+
+
 def fragment_causes(ctx):
     """dV and dK (only) wrong in the way an operand read without .trans makes them: dV = Pᵀ T(dO) and
     dK = scale · dSᵀ T(Q), T transposing every 8 × 8 piece of the query tiles (P and dS themselves
@@ -148,23 +163,29 @@ def fragment_causes(ctx):
     bent = {n: quadrants_swapped(np.asarray(ctx.inputs[n], np.float64)) for n in ("q", "do")}
     # P = exp(S - lse) with the forward's lse, not normalised: far from 1, and past the 16-bit range
     # (inf) where S is far too large, so the products' operands are rounded as the kernel's are.
-    dtype = ctx.params["dtype"]
     from_lse = backward._exp_with(lambda s, lse: np.where(np.isfinite(lse), lse, np.inf)[:, None])
-    with np.errstate(over="ignore", invalid="ignore"):
-        alt = backward.gradients(ctx.inputs, lefts=bent, probs=from_lse, dv_p=lambda p: lowp.rounded(p, dtype),
-                                 ds_of=lambda p, dp, D: lowp.rounded(p * (dp - D), dtype), work=np.float32)
-        alt = {n: lowp.rounded(x, dtype) for n, x in zip(OUTPUTS, alt)}      # stored in the input type
-    # Sums of terms past 1e36 overflow float32 or not by the order they are added in, which the replay
-    # does not share with the kernel: there, both count alike as overflowed.
-    big = lambda x: np.where(~np.isfinite(x) | (np.abs(x) > 1e36), np.inf, x)   # noqa: E731
-    if backward._matches(dataclasses.replace(ctx, out={n: big(np.asarray(x, np.float64)) for n, x in ctx.out.items()}),
-                         {n: big(x) for n, x in alt.items()}):
+    if _kernel_like(ctx, lefts=bent, probs=from_lse):
         yield Cause("fragment:st_b:quadrants", (
             "the gradients match Sᵀ = K Qᵀ and dPᵀ = V dOᵀ computed with Q and dO read with the off-diagonal "
             "8 × 8 pieces of each 16 × 16 block exchanged (queries 8-15 of features 0-7 with queries 0-7 of "
             "features 8-15): their B fragments are paired wrongly. From one ldmatrix_x4 of a 16 × 16 block, "
             "the 8-query tile 2np takes (b[0], b[2]), features 0-7 then 8-15 of queries 0-7, and tile "
             "2np + 1 takes (b[1], b[3])."))
+    # The lse of one query of each pair (2t, 2t + 1) used for the other: a lane holds two neighbouring
+    # queries of a fragment row and reads their lse with one 8-byte load. P = exp(S - lse') can
+    # overflow where lse' is far below the row's own, so the replay computes as the kernel does.
+    for which, pick in (("first", lambda i: i - i % 2), ("second", lambda i: i | 1), ("other", lambda i: i ^ 1)):
+        def pair_p(s, lse, vis, pick=pick):
+            padded = np.append(lse, 0.0)                 # a query past n_q: its lse is the tile's zero fill
+            other = padded[np.minimum(pick(np.arange(lse.shape[0])), lse.shape[0])]
+            return from_lse(s, other, vis)
+        if _kernel_like(ctx, probs=pair_p):
+            yield Cause(f"P:lse_pair_{which}", (
+                (f"P of queries 2i and 2i + 1 is recomputed with the {which} one's lse" if which != "other" else
+                 "P of each query is recomputed with its neighbour's lse, 2i with that of 2i + 1 and the other "
+                 "way round") +
+                " (the output matches that): a lane's two neighbouring queries (2t and 2t + 1 of a fragment "
+                "row) each take their own lse, the .x and the .y of the pair it read."))
     # dS's A fragment for dQ with registers 1 and 2 exchanged: in each 16 × 16 block (16 queries ×
     # 16 keys), queries 8-15 of keys 0-7 and queries 0-7 of keys 8-15 trade places.
     if backward._replay(ctx, dq_ds=lambda p, ds: quadrants_swapped(ds)):

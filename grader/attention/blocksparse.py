@@ -373,9 +373,11 @@ def mask_causes(ctx, s, v):
                         "same output.)")
                 yield Cause("block_mask:partial_tiles_untested", f"tiles whose mask blocks are only partly kept run without the per-element block test "
                         f"(the output matches tiles of {tm} queries × {tn} keys computed whole whenever one of "
-                        f"their {_block_words(p)} is kept). When the mask's blocks do not line up with the "
-                        f"tiles, such a partial tile needs the per-element test: s = -INFINITY where "
-                        f"mask[i / mb_rows][j / mb_cols] == 0." + also)
+                        f"their {_block_words(p)} is kept): either such a tile is never marked partial, or the "
+                        f"test that partial guards is missing. A tile is partial when kept < (br1 - br0 + 1) · "
+                        f"(bc1 - bc0 + 1), the count of mask blocks it touches, both ends inclusive; a partial "
+                        f"tile needs the per-element test: s = -INFINITY where mask[i / mb_rows][j / mb_cols] "
+                        f"== 0." + also)
             # Partial tiles skipped.
             if hit(all_t & truth):
                 yield Cause("block_mask:partial_tiles_skipped", f"tiles whose mask blocks are only partly kept are skipped (the output matches tiles "

@@ -595,12 +595,7 @@ def output_causes(ctx, s, v, visible=None):
                 "exp(s) overflows to inf for scores past 88.7). Sum the same terms as P: l += exp(s - m)."))
         if matches(ctx, lse=row_max) or matches(ctx, lse=row_max / math.log(2.0)):
             yield Cause("lse:max_only", "lse holds only the max m (the output matches it): lse = m + log(l).")
-        for alt, what in ((row_max + np.log2(l_row), "m + log2(l), with m in natural-log units"),
-                          (row_max + np.log(l_row) * math.log(2.0), "(m + ln(l)) · ln 2, with m in log2 units")):
-            if matches(ctx, lse=alt):
-                yield Cause("lse:l_units", (
-                    f"lse takes log(l) in other units than m (the output matches {what}): with exp2 "
-                    "scores lse = (m + log2(l)) · ln 2, with expf lse = m + log(l)."))
+        yield from lse_units_causes(ctx, row_max, l_row)
         # The max left in log2 units while log(l) is natural: (m + log2 l) · ln 2 without its
         # parentheses, m + log2(l) · ln 2.
         for alt, what in ((row_max / math.log(2.0) + np.log(l_row), "m + log2(l) · ln 2, m in log2 units"),):
@@ -609,6 +604,19 @@ def output_causes(ctx, s, v, visible=None):
                     f"lse adds the max in log2 units to log(l) in natural-log units (the output matches "
                     f"{what}, as (m + log2(l)) · ln 2 without its parentheses would give): convert the "
                     "whole sum, lse = (m + log2(l)) · ln 2."))
+
+
+def lse_units_causes(ctx, row_max, l_row):
+    """lse = m + log(l) with the log of l in other units than the max m (row_max: the rows' max in
+    natural-log units; l_row: their sum of exp(s - m))."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        alts = ((row_max + np.log2(l_row), "m + log2(l), with m in natural-log units"),
+                (row_max + np.log(l_row) * math.log(2.0), "(m + ln(l)) · ln 2, with m in log2 units"))
+    for alt, what in alts:
+        if matches(ctx, lse=alt):
+            yield Cause("lse:l_units", (
+                f"lse takes log(l) in other units than m (the output matches {what}): with exp2 "
+                "scores lse = (m + log2(l)) · ln 2, with expf lse = m + log(l)."))
 
 
 LSE_LOG_INVERSE = ("lse takes the log of 1/l, m + log(1/l) = m - log(l) (the output matches that): lse = m + "

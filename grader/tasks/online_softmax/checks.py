@@ -137,10 +137,12 @@ def diagnose(ctx):
                     "they normalise are wrong. Use __shfl_xor_sync, the butterfly, for m and for l: "
                     "every lane then ends with the whole row's state."))
             else:
+                offsets = ", ".join(str(1 << k) for k in reversed(range(start.bit_length())))
                 yield Cause("reduce:start", (
-                    f"the butterfly starts at offset {start} (the output matches it): lanes only combine "
-                    f"within groups of {2 * start}, so each group normalises with its own (m, l). Start at "
-                    "offset 16, half the warp, and halve down to 1."))
+                    f"the butterfly's largest offset is {start}, not 16 (the output matches a reduction "
+                    f"over offsets {offsets} only, in whichever order): lanes only combine within groups "
+                    f"of {2 * start}, so each group normalises with its own (m, l). Use every offset from "
+                    "16, half the warp, down to 1."))
     # No butterfly at all (or one whose merge never updates the lane's own state): each lane
     # normalises its own elements with its own (m, l), and lse is lane 0's.
     y_alt, lse_alt = _replayed(x, (), "xor", "xor")
@@ -261,6 +263,10 @@ def diagnose(ctx):
         yield Cause("lse:no_max", "lse is missing the max (the output matches log(l) alone): lse = m + log(l).")
     if matches(ctx, lse=2 * row_max - lse_ref):
         yield Cause("lse:log_inverse", replays.LSE_LOG_INVERSE)
+    with np.errstate(invalid="ignore", over="ignore"):
+        m_safe = np.where(np.isfinite(row_max), row_max, 0.0)
+        l_row = np.exp(x - m_safe[:, None]).sum(axis=-1)
+    yield from replays.lse_units_causes(ctx, row_max, l_row)
     # Each element merged as the state (x, exp(x)) where (x, 1) is due: l sums exp(x) · exp(x - m), in
     # float32 (exp(x) overflows past 88.7).
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
