@@ -186,6 +186,21 @@ def fragment_causes(ctx):
                  "way round") +
                 " (the output matches that): a lane's two neighbouring queries (2t and 2t + 1 of a fragment "
                 "row) each take their own lse, the .x and the .y of the pair it read."))
+    # The pair's lse picked by e / 2, the element's key half, where e % 2, its query, is due: keys g take
+    # the first query's lse, keys g + 8 the second's.
+    def by_key_half(s, lse, vis):
+        padded = np.append(lse, 0.0)                     # a query past n_q: its lse is the tile's zero fill
+        i, n = np.arange(lse.shape[0]), lse.shape[0]
+        upper = (np.arange(s.shape[-1]) % 16 < 8)[None, :]
+        shift = np.where(upper, padded[np.minimum(i - i % 2, n)][:, None], padded[np.minimum(i | 1, n)][:, None])
+        with np.errstate(over="ignore", invalid="ignore"):
+            p = np.exp(s - np.where(np.isfinite(shift), shift, np.inf))
+        return np.where(vis, p, 0.0) if vis is not None else p
+    if _kernel_like(ctx, probs=by_key_half):
+        yield Cause("P:lse_key_half", (
+            "P takes the lse of the lane's first query for its keys g and of its second query for keys g + 8 "
+            "(the output matches that): the lse is chosen by e / 2, the key half of element e, where e % 2, "
+            "its query, is due. Element e of a C fragment is key g + 8 (e / 2), query 2t + e % 2."))
     # dS's A fragment for dQ with registers 1 and 2 exchanged: in each 16 × 16 block (16 queries ×
     # 16 keys), queries 8-15 of keys 0-7 and queries 0-7 of keys 8-15 trade places.
     if backward._replay(ctx, dq_ds=lambda p, ds: quadrants_swapped(ds)):

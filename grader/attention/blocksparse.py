@@ -182,18 +182,24 @@ def tile_classes(mask, block, n_q: int, n_k: int, tile=(64, 64), causal: bool = 
     return out
 
 
-def tile_rects(block_mask, block, n_q: int, n_k: int, tile) -> tuple[np.ndarray, np.ndarray]:
+def tile_rects(block_mask, block, n_q: int, n_k: int, tile, ends=None) -> tuple[np.ndarray, np.ndarray] | None:
     """Per kernel tile: is any mask block of its rectangle kept, are all kept -> two [B, H, Nq, Nk]
-    boolean arrays, each element carrying its tile's answer."""
+    boolean arrays, each element carrying its tile's answer. ends: the divisors of the rectangle's
+    first row, last row, first column and last column (default: block[0], block[0], block[1],
+    block[1]); None back when such a rectangle would leave the mask (a kernel would read another
+    head's bytes, or fault). An empty rectangle keeps nothing."""
     bm = np.asarray(block_mask) != 0
     tm, tn = tile
+    dr0, dr1, dc0, dc1 = ends or (block[0], block[0], block[1], block[1])
     nt_q, nt_k = cdiv(n_q, tm), cdiv(n_k, tn)
     any_t = np.zeros(bm.shape[:2] + (nt_q, nt_k), bool)
     all_t = np.zeros_like(any_t)
     for a in range(nt_q):
-        r0, r1 = a * tm // block[0], (min((a + 1) * tm, n_q) - 1) // block[0]
+        r0, r1 = a * tm // dr0, (min((a + 1) * tm, n_q) - 1) // dr1
         for t in range(nt_k):
-            c0, c1 = t * tn // block[1], (min((t + 1) * tn, n_k) - 1) // block[1]
+            c0, c1 = t * tn // dc0, (min((t + 1) * tn, n_k) - 1) // dc1
+            if max(r0, r1) >= bm.shape[-2] or max(c0, c1) >= bm.shape[-1]:
+                return None
             rect = bm[:, :, r0:r1 + 1, c0:c1 + 1]
             any_t[:, :, a, t] = rect.any(axis=(-1, -2))
             all_t[:, :, a, t] = rect.all(axis=(-1, -2))
@@ -378,6 +384,24 @@ def mask_causes(ctx, s, v):
                         f"(bc1 - bc0 + 1), the count of mask blocks it touches, both ends inclusive; a partial "
                         f"tile needs the per-element test: s = -INFINITY where mask[i / mb_rows][j / mb_cols] "
                         f"== 0." + also)
+            # A tile's rectangle of mask blocks with one end divided by the other dimension's block:
+            # the tile is skipped, run whole or run with the per-element test by the wrong blocks.
+            if block[0] != block[1]:
+                for which, ends in (("br0", (block[1], block[0], block[1], block[1])),
+                                    ("br1", (block[0], block[1], block[1], block[1])),
+                                    ("bc0", (block[0], block[0], block[0], block[1])),
+                                    ("bc1", (block[0], block[0], block[1], block[0]))):
+                    rect = tile_rects(bm, block, n_q, n_k, (tm, tn), ends)
+                    # kept == 0 skips the tile first (an empty rectangle too); then all kept: run whole.
+                    if rect is not None and hit(rect[0] & np.where(rect[1], cm, truth)):
+                        right, wrong, first = (("mb_rows", "mb_cols", "q_start") if which[1] == "r" else
+                                               ("mb_cols", "mb_rows", "kv_start"))
+                        yield Cause(f"block_mask:rect:{which}_other_block", (
+                            f"{which} is divided by {wrong}, where {right} is due (the output matches tiles of "
+                            f"{tm} queries × {tn} keys that choose to skip, run whole or test each element "
+                            f"from that rectangle of the mask): rows of the mask are mb_rows queries tall, "
+                            f"its columns mb_cols keys wide, so a tile covers mask rows q_start / mb_rows .. "
+                            f"q_last / mb_rows and columns kv_start / mb_cols .. (kv_end_of_tile - 1) / mb_cols."))
             # Partial tiles skipped.
             if hit(all_t & truth):
                 yield Cause("block_mask:partial_tiles_skipped", f"tiles whose mask blocks are only partly kept are skipped (the output matches tiles "

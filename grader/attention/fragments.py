@@ -123,13 +123,16 @@ def streaming_causes(ctx, s, v, visible=None):
                     f"P reaches the second mma with {what} (the output matches that, with key tiles of "
                     f"{tile}; l sums the right P): check how P's registers are packed into the A fragment "
                     "of P V against the layout in the lesson."))
-        o_alt, lse_alt = streamed(s_pad, v, tile, visible=vis_pad, rescale_acc=lambda a: _rescale_indexed_by_r(a, d), p_for_acc=into_mma)
-        if matches(ctx, o=o_alt[..., :n_q, :], lse=lse_alt[..., :n_q]):
-            yield Cause("rescale:acc_index_r", (
-                f"the rescale of acc indexes the accumulator's elements with r and r + 1, not 2r and "
-                f"2r + 1 (the output matches that, with key tiles of {tile}): for row g + 8 (r = 1) it "
-                "multiplies elements 1 and 2, so element 1 (row g) gets both rows' alpha and element 3 "
-                "(row g + 8) none. Row g holds elements 0 and 1, row g + 8 elements 2 and 3."))
+        for cid, pairs, how in RESCALE_ELEMENT_BUGS:
+            o_alt, lse_alt = streamed(s_pad, v, tile, visible=vis_pad, p_for_acc=into_mma,
+                                      rescale_acc=lambda a, pairs=pairs: _rescale_elements(a, d, pairs))
+            if matches(ctx, o=o_alt[..., :n_q, :], lse=lse_alt[..., :n_q]):
+                yield Cause(cid, (
+                    f"the rescale of acc indexes the accumulator's elements with {how} (the output matches "
+                    f"that, with key tiles of {tile}): for row g (r = 0) it multiplies elements "
+                    f"{pairs[0][0]} and {pairs[0][1]}, for row g + 8 (r = 1) elements {pairs[1][0]} and "
+                    f"{pairs[1][1]}. Row g holds elements 0 and 1, row g + 8 elements 2 and 3: multiply "
+                    "acc[..][2r] and acc[..][2r + 1] by row r's alpha."))
         # The exponentials of one element of each pair left out (e < 2r + 1): the odd keys' P is the raw
         # score q·k (the zero-filled keys past n_k and the masked ones -INFINITY), and l leaves them out.
         s_full, v_full = replays.padded_to_tiles(s, v, tile, visible)
@@ -158,16 +161,29 @@ def streaming_causes(ctx, s, v, visible=None):
                     "multiplied by alpha."))
 
 
-def _rescale_indexed_by_r(alpha, d: int):
-    """Each acc element's factor when row r's rescale reaches elements r and r + 1 of the C fragment
-    (elements 0, 1: row g, columns 2t, 2t + 1; elements 2, 3: row g + 8): row g's odd columns get
-    alpha_g · alpha_(g+8), row g + 8's odd columns nothing. alpha [..., rows], rows a multiple of 16."""
+# The rescale of acc with one of its two indices written with r where 2r (or 2r + 1) is due: the
+# elements it multiplies for r = 0 (row g) and r = 1 (row g + 8), and how the index was written.
+RESCALE_ELEMENT_BUGS = (
+    ("rescale:acc_index_r", ((0, 1), (1, 2)), "r and r + 1, not 2r and 2r + 1"),
+    ("rescale:acc_index_r:second", ((0, 1), (2, 2)), "2r and r + 1, not 2r and 2r + 1"),
+    ("rescale:acc_index_r:first", ((0, 1), (1, 3)), "r and 2r + 1, not 2r and 2r + 1"),
+)
+
+
+def _rescale_elements(alpha, d: int, pairs):
+    """Each acc element's factor when row r's rescale multiplies the C fragment's elements pairs[r]
+    (elements 0, 1: row g, columns 2t, 2t + 1; elements 2, 3: row g + 8): an element gets the alpha of
+    every row whose pair names it, once per mention. alpha [..., rows], rows a multiple of 16."""
     rows = alpha.shape[-1]
     halves = alpha.reshape(alpha.shape[:-1] + (rows // 16, 2, 8))
-    partner = halves[..., ::-1, :].reshape(alpha.shape)
-    upper = (np.arange(rows) % 16 < 8)
-    odd = np.where(upper, alpha * partner, 1.0)
-    return np.where(np.arange(d) % 2 == 0, alpha[..., None], odd[..., None])
+    by_r = [np.broadcast_to(halves[..., r:r + 1, :], halves.shape).reshape(alpha.shape) for r in (0, 1)]
+    lower = np.arange(rows) % 16 >= 8                     # the row is the g + 8 of its pair
+    factor = np.ones(alpha.shape + (2,))                  # [..., rows, column parity]
+    for r, pair in enumerate(pairs):
+        for e in pair:
+            half, parity = divmod(e, 2)
+            factor[..., parity] *= np.where(lower == bool(half), by_r[r], 1.0)
+    return factor[..., np.arange(d) % 2]
 
 
 def operand_layout_causes(ctx, s, v, visible=None):

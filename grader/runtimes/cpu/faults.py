@@ -211,10 +211,11 @@ def poison_fault(kernel, args, arg_slot, arrays, poisoned, place) -> KernelFault
         f"received {int(hit.sum())} value(s) computed from shared memory that no thread of "
         f"the block had written (the first at index {tuple(int(x) for x in where)}).{used} "
         "Shared memory is not zeroed when a block starts: the emulator fills it with NaN to "
-        "show such reads. Typical cause: the rows of the last K/V tile past the end of the "
-        "sequence are never loaded, yet are multiplied by a zero weight (0 × NaN is NaN; on "
-        "a GPU, 0 × garbage). Store zeros in those rows, or skip them; or a tile is read "
-        "before it is written (__syncthreads() too late).")
+        "show such reads. Three ways to get there: the rows of the last K/V tile past the end "
+        "of the sequence are never loaded, yet are multiplied by a zero weight (0 × NaN is NaN; "
+        "on a GPU, 0 × garbage): store zeros in those rows, or skip them; a tile is read before "
+        "it is written (__syncthreads() too late); or the read's index lands where nothing was "
+        "stored (a row stride or an offset of another tile, or past the rows that were).")
 
 
 def _num(x, digits=7) -> str:
