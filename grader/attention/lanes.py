@@ -16,6 +16,7 @@ import numpy as np
 from ..spec import Cause
 from . import lowp
 from .fragments import rows_padded_to_16
+from . import replays
 from .replays import matches, row_ends, tiles
 
 
@@ -182,3 +183,53 @@ def store_layout_causes(ctx):
             f"to o[tx · {td} + e] would place them (the output matches that): thread tx holds features "
             f"slice_col(e, tx), float4 chunks interleaved over the COLS = {cols} threads of the row, so "
             f"element e goes to o[slice_col(e, tx)]."))
+
+
+def shared_p_causes(ctx, s, v):
+    """Module 02's P through shared memory and its bounds mask, replayed with the kernel's layout: P
+    goes to p_s transposed, the 4-row chunk of rows 4·ty .. 4·ty + 3 for key j at column
+    p_col(j, ty) = 4·(ty ^ ((j / 4) % 8)); key slice_col(n, tx) = (n / 4)·4·COLS + 4·tx + n % 4 is
+    the thread's n-th key of the tile."""
+    n_q, n_k = s.shape[-2:]
+    cfg = replays.kernel_config(getattr(ctx, "config", None), ctx.params)
+    cols = int(cfg.get("COLS", 8))
+    for bm in tiles(ctx, "BLOCK_M"):
+        if bm % 32:
+            continue
+        rows = n_q + -n_q % bm                # the last query tile's rows past n_q: q is 0, so s is 0
+        s_pad = np.concatenate([s, np.zeros(s.shape[:-2] + (rows - n_q, n_k))], axis=-2)
+
+        def crossed(p, bm=bm):
+            """Each key's P read at another chunk than it was stored: rows 4·(ty ^ x_j) for rows 4·ty."""
+            i, j = np.arange(p.shape[-2])[:, None], np.arange(p.shape[-1])[None, :]
+            src = i // bm * bm + (((i % bm) // 4) ^ ((j >> 2) & 7)) * 4 + i % 4
+            return np.take_along_axis(p, np.broadcast_to(src, p.shape), axis=-2)
+        for tile in tiles(ctx, "BLOCK_N"):
+            o_alt, lse_alt = replays.streamed(s_pad, v, tile, p_for_acc=crossed, unguarded=True)
+            if matches(ctx, o=o_alt[..., :n_q, :], lse=lse_alt[..., :n_q]):
+                yield Cause("p_share:chunk_mismatch", (
+                    f"P V reads each key's P at another row chunk of p_s than the one it was stored at (the "
+                    f"output matches rows 4·ty .. 4·ty + 3 taking, for key j, the P of rows 4·(ty ^ ((j / 4) % "
+                    f"8)) .., with tiles of {bm} queries × {tile} keys; l and lse are right): the store "
+                    "and the read of p_s must both use p_col(j, ty), the swizzled chunk of the thread's rows "
+                    "for key j."))
+    # The bounds mask of the last tile tested with the thread's own key index n, not the key's.
+    for tile in tiles(ctx, "BLOCK_N"):
+        pad = -n_k % tile
+        if not pad or tile % (4 * cols):
+            continue
+        jj = np.arange(n_k + pad)
+        start = jj // tile * tile
+        local = ((jj % tile) // (4 * cols)) * 4 + jj % 4          # n of key slice_col(n, tx)
+        masked = (start + tile > n_k) & (start + local >= n_k)
+        # Keys past n_k are zero rows of K and V: score 0, value 0.
+        s_full = np.concatenate([s, np.zeros(s.shape[:-1] + (pad,))], axis=-1)
+        s_full = np.where(masked, -np.inf, s_full)
+        v_full = np.concatenate([v, np.zeros(v.shape[:-2] + (pad, v.shape[-1]))], axis=-2)
+        o_alt, lse_alt = replays.streamed(s_full, v_full, tile, unguarded=True)
+        if matches(ctx, o=o_alt, lse=lse_alt):
+            yield Cause("bounds_mask:thread_key_index", (
+                f"the last tile's bounds mask tests kv_start + n >= n_k with the thread's own key index n, "
+                f"where the key is kv_start + slice_col(n, tx) (the output matches that mask, with tiles of "
+                f"{tile} keys): some keys past n_k score 0 and count in l, and some real keys are dropped. "
+                "Test the key itself: kv_start + slice_col(n, tx) >= n_k."))

@@ -29,4 +29,5 @@ def diagnose(ctx):
     s, v = replays.scores(ctx.inputs)
     yield from replays.prefill_causes(ctx, s, v)
     yield from lanes.store_layout_causes(ctx)
+    yield from lanes.shared_p_causes(ctx, s, v)
     yield from weights.observation(weights.prefill_rows(ctx, s, v))
