@@ -809,7 +809,7 @@ VARIANTS = [
     Variant("ref: K and V in registers, BLOCK_M = 32", REF + KV_IN_REGISTERS, config={64: dict(BLOCK_M=32)}, dims=(64,)),
     # The 2026-11-26 solution's choices: two loops, both rolled, dS reordered, 4-byte reductions.
     Variant("the 2026-11-26 kernel's choices", (SPLIT_PRODUCTS,) + ROLLED + (DS_ORDER, SCALAR_ATOMICS)),
-    # Tried on 2026-11-27, after the solution: the lesson's "ways on" (section 12), one change each.
+    # Tried after the solution (2026-11-26): the lesson's "ways on" (section 12), one change each.
     Variant("fewer address instructions (lane part once)", (LANE_PART,)),
     Variant("dQ in two accumulator sets", DQ_TWO_SETS),
     Variant("three stages", (three_stages,), stages=3),

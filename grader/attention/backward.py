@@ -170,6 +170,23 @@ def _replay(ctx, **kw) -> bool:
     return _matches(ctx, dict(zip(OUTPUTS, gradients(ctx.inputs, **kw))))
 
 
+def _replay_padded(ctx, block_m: int, **kw) -> bool:
+    """_replay with the query rows padded to whole tiles of block_m, as a kernel's tiles hold them: q,
+    o and dO zero there (their D is 0), lse 0; their P still reaches dK and dV (0 · inf is NaN there
+    when a wrong shift overflows it). The mask keeps the case's offset Nk - Nq."""
+    x = dict(ctx.inputs)
+    n_q, n_k = np.shape(x["q"])[2], np.shape(x["k"])[2]
+    pad = -n_q % block_m
+    for name in ("q", "o", "do", "lse"):
+        a = np.asarray(x[name], np.float64)
+        x[name] = np.concatenate([a, np.zeros(a.shape[:2] + (pad,) + a.shape[3:])], axis=2)
+    rows = np.arange(n_q + pad)[:, None]
+    vis = (np.arange(n_k)[None, :] <= rows + n_k - n_q) if x.get("causal") else None
+    with np.errstate(over="ignore", invalid="ignore"):
+        dq, dk, dv = gradients(x, visible=vis, **kw)
+    return _matches(ctx, dict(dq=dq[:, :, :n_q], dk=dk, dv=dv))
+
+
 def _exp_with(shift):
     """P = exp(s - shift(s, lse)) on the visible entries, 0 elsewhere."""
     def probs(s, lse, vis):
@@ -430,6 +447,16 @@ def accumulation_causes(ctx):
                     f"each thread's dQ rows qi + (2r + half) · {groups} hold the dQ of row qi + r · {groups} (the output "
                     f"matches that, tiles of {bm}): the dS row read for dQ is the first half's, where it must "
                     "be the row the atomicAdd adds to, qi + (2r + half) · ROW_GROUPS, in both places."))
+            # The mirror: the right dS rows, added at qi + r · ROW_GROUPS: 16-row group r gets groups 2r
+            # and 2r + 1, the later groups nothing.
+            alt_dq = np.zeros_like(dq)
+            np.add.at(alt_dq, (slice(None), slice(None), src), dq)
+            if _matches(ctx, dict(dq=alt_dq, dk=ctx.ref["dk"], dv=ctx.ref["dv"])):
+                yield Cause("dq:rows_added_first_half", (
+                    f"each thread's dQ of rows qi + (2r + half) · {groups} is added at row qi + r · {groups} (the "
+                    f"output matches that, tiles of {bm}: row groups 2r and 2r + 1 summed into group r, the later "
+                    "groups 0): the atomicAdd's row must be the row whose dS it read, qi + (2r + half) · "
+                    "ROW_GROUPS."))
     for name, kw in (("dQ", "dq_scale"), ("dK", "dk_scale")):
         for factor, what in ((1.0 / ctx.inputs["scale"], "without the scale"), (ctx.inputs["scale"], "with the scale twice")):
             if _replay(ctx, **{kw: factor}):
@@ -502,6 +529,18 @@ def accumulation_causes(ctx):
                     f"each thread subtracts its first row's D from all its rows (the output matches D of "
                     f"row qi for rows qi + {groups} · r, tiles of {bm}): dS = P ∘ (dP - D) takes the D of "
                     "the row it is on."))
+            # The same slip in P: every row of the thread recomputed against its first row's lse.
+            def first_row_p(s, lse, vis, bm=bm, groups=groups):
+                i = np.arange(lse.shape[0])
+                other = lse[(i // bm) * bm + (i % bm) % groups]
+                with np.errstate(over="ignore", invalid="ignore"):   # in float32, as the kernel: it overflows
+                    p = np.exp((s - np.where(np.isfinite(other), other, np.inf)[:, None]).astype(np.float32))
+                return np.where(vis, p.astype(np.float64), 0.0) if vis is not None else p.astype(np.float64)
+            if _replay_padded(ctx, bm, probs=first_row_p):
+                yield Cause("P:lse_row", (
+                    f"each thread recomputes P of all its rows against its first row's lse (the output "
+                    f"matches lse of row qi for rows qi + {groups} · r, tiles of {bm}): P = exp(s - lse) "
+                    "takes the lse of the row it is on."))
     sc = ctx.inputs["scale"]
     if _matches(ctx, dict(dq=ctx.ref["dq"], dk=ctx.ref["dk"] / sc, dv=ctx.ref["dv"] * sc)):
         yield Cause("dkdv:scale_swapped", (
