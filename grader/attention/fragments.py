@@ -63,6 +63,22 @@ def lower_rows_from_upper(x) -> np.ndarray:
     return cut(y.reshape(y.shape[:-6] + (n, d)))
 
 
+def piece_from(dst: int, src: int):
+    """In each 16×16 block, the 8×8 piece of A-fragment register dst replaced by that of register src
+    (register r: rows 8 (r % 2) .., columns 8 (r / 2) ..)."""
+    def rearrange(x) -> np.ndarray:
+        y, cut = _blocks(x, 16)
+        n, d = y.shape[-2:]
+        y = y.reshape(y.shape[:-2] + (n // 16, 2, 8, d // 16, 2, 8)).copy()
+        y[..., :, dst % 2, :, :, dst // 2, :] = y[..., :, src % 2, :, :, src // 2, :]
+        return cut(y.reshape(y.shape[:-6] + (n, d)))
+    return rearrange
+
+
+def _piece_words(r: int) -> str:
+    return f"rows {8 * (r % 2)}-{8 * (r % 2) + 7}, keys {8 * (r // 2)}-{8 * (r // 2) + 7}"
+
+
 def pairs_swapped(x) -> np.ndarray:
     """Columns 2c and 2c + 1 exchanged (a last, odd column pairs with a zero past the end)."""
     x = np.asarray(x, np.float64)
@@ -79,7 +95,12 @@ P_BUGS = OPERAND_BUGS + (
      "packed from row g where row g + 8 is due)"),
     ("pairs_swapped", pairs_swapped,
      "each pair of neighbouring keys 2t, 2t + 1 exchanged (a register's two values packed in the wrong "
-     "order: the first argument of pack2 is the low half, key 2t)"),)
+     "order: the first argument of pack2 is the low half, key 2t)"),) + tuple(
+    (f"reg{dst}_from_reg{src}", piece_from(dst, src),
+     f"the piece of {_piece_words(dst)} of each 16×16 block holding that of {_piece_words(src)} (register "
+     f"{dst} of the A fragment packed from the elements of register {src}: register r holds rows g + "
+     f"8 (r % 2), keys 8 (r / 2) + 2t, + 1)")
+    for dst in range(4) for src in range(4) if dst != src and (dst, src) != (3, 2))
 
 
 def operand_causes(ctx, visible=None):
