@@ -233,3 +233,25 @@ def shared_p_causes(ctx, s, v):
                 f"where the key is kv_start + slice_col(n, tx) (the output matches that mask, with tiles of "
                 f"{tile} keys): some keys past n_k score 0 and count in l, and some real keys are dropped. "
                 "Test the key itself: kv_start + slice_col(n, tx) >= n_k."))
+
+
+def partial_l_guard_causes(ctx, s, v, visible=None):
+    """The epilogue's guard for a row with no key tested on the lane's own part of l (before its
+    butterfly) where the row's l_row is due: a lane whose keys all have P = 0 writes 0 for its
+    features of the row. Key j and feature c belong to lane (j / 4) % COLS and (c / 4) % COLS."""
+    cfg = replays.kernel_config(getattr(ctx, "config", None), ctx.params)
+    cols = int(cfg.get("COLS", 8))
+    n_k, d = s.shape[-1], v.shape[-1]
+    with np.errstate(invalid="ignore", over="ignore"):
+        sv = np.where(visible, s, -np.inf) if visible is not None else s
+        m = sv.max(axis=-1, keepdims=True, initial=-np.inf)
+        p = np.exp((sv - np.where(np.isfinite(m), m, 0.0)).astype(np.float32))   # float32: it underflows
+    key_lane = (np.arange(n_k) // 4) % cols
+    lane_l = np.stack([p[..., key_lane == t].sum(axis=-1) for t in range(cols)], axis=-1)
+    o_alt = np.where(lane_l[..., (np.arange(d) // 4) % cols] > 0, ctx.ref["o"], 0.0)
+    if matches(ctx, o=o_alt, lse=ctx.ref["lse"]):
+        yield Cause("epilogue:guard_lane_l", (
+            "the row's final guard tests the lane's own part of l, before the butterfly, where the row's "
+            "sum l_row is due (the output matches each lane writing 0 for its features of a row in which "
+            "none of its own keys has weight): inv_l = l_row > 0 ? 1 / l_row : 0, the same test for "
+            "every lane of the row."))

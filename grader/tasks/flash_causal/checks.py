@@ -7,7 +7,7 @@ loop over key tiles that stops too early) and the bugs of module 02.
 """
 from __future__ import annotations
 
-from ...attention import references as R
+from ...attention import lanes, references as R
 from ...attention import replays, weights
 from ...attention.calls import prefill_call, prefill_reference
 from ...attention.inputs import attention_inputs, attention_shapes
@@ -47,4 +47,5 @@ def diagnose(ctx):
     yield from replays.empty_row_causes(ctx)
     yield from replays.mask_causes(ctx, s, v)
     yield from replays.prefill_causes(ctx, s, v, visible)
+    yield from lanes.partial_l_guard_causes(ctx, s, v, visible)
     yield from weights.observation(weights.prefill_rows(ctx, s, v, visible))
