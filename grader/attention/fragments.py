@@ -326,3 +326,42 @@ def mask_fragment_causes(ctx, s, v):
             else:
                 continue
             break
+
+
+def shifted_mask_causes(ctx, s, v):
+    """The per-element mask of key tile it tested with the previous tile's start, (it - 1) · BLOCK_N
+    (06 and 10: the softmax told the wrong tile): from the second tile on a key is masked as the key
+    BLOCK_N before it would be, and the tile-level test that decides whether to mask at all is the
+    previous tile's too. Keys past n_k are the tile's zero fill (score 0, value 0)."""
+    p = ctx.params
+    n_q, n_k, causal = p["Nq"], p["Nk"], bool(p.get("causal"))
+    offset = n_k - n_q
+    dtype = p.get("dtype")
+    into_mma = (lambda x: lowp.rounded(x, dtype)) if dtype else (lambda x: x)
+    i = np.arange(n_q)[:, None]
+    consumers = replays.kernel_config(getattr(ctx, "config", None), p).get("CONSUMERS")
+    for bm in (64 * int(consumers),) if consumers else tiles(ctx, "BLOCK_M"):   # 10: 64 rows per consumer
+        for bn in tiles(ctx, "BLOCK_N"):
+            pad = -n_k % bn
+            j = np.arange(n_k + pad)[None, :]
+            tile = j // bn
+            q_start, q_last = i // bm * bm, np.minimum(i // bm * bm + bm, n_q) - 1
+            kv_end = np.minimum(n_k, q_last + offset + 1) if causal else np.full_like(i, n_k)
+            shift = np.where(tile == 0, 0, bn)                 # tile 0 is masked by its own start
+            start = (tile * bn) - shift
+            applies = ((causal & (start + bn - 1 > q_start + offset)) | (start + bn > n_k)) | (tile == 0)
+            key = j - shift
+            masked = applies & ((key >= n_k) | (causal & (key > i + offset)))
+            vis = (tile * bn < kv_end) & ~masked
+            if tile.max() == 0:
+                continue
+            s_full = np.concatenate([s, np.zeros(s.shape[:-1] + (pad,))], axis=-1)
+            v_full = np.concatenate([v, np.zeros(v.shape[:-2] + (pad, v.shape[-1]))], axis=-2)
+            o_alt, lse_alt = streamed(s_full, v_full, bn, visible=vis, p_for_acc=into_mma)
+            if matches(ctx, o=o_alt, lse=lse_alt):
+                yield Cause("mask:previous_tile", (
+                    f"from the second key tile on, the mask is tested as if the tile started {bn} keys "
+                    f"earlier (the output matches key tile it masked with (it - 1) · BLOCK_N, tiles of {bm} "
+                    f"queries × {bn} keys): keys past n_k count with score 0, and under causal the diagonal "
+                    "moves by a tile. The softmax of tile it must mask with tile it's own start, it · "
+                    "BLOCK_N."))

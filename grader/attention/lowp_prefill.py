@@ -103,5 +103,6 @@ def diagnose(ctx):
     yield from fragments.operand_causes(ctx, visible)
     yield from lanes.reduction_causes(ctx, s, v, visible, layout="quad")
     yield from fragments.streaming_causes(ctx, s, v, visible)
+    yield from fragments.shifted_mask_causes(ctx, s, v)
     yield from fragments.operand_layout_causes(ctx, s, v, visible)
     yield from weights.observation(weights.prefill_rows(ctx, s, v, visible), noise=ctx.noise)
