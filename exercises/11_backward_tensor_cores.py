@@ -151,6 +151,11 @@ __device__ __forceinline__ void load_tile_async(elem_t* tile, const elem_t* src,
 template <int W>
 __device__ __forceinline__ int block16(int r16, int c16, int lane)
 {
+    // swz<W>(r16 * 16 + lane % 16, c16 * 16 + (lane / 16) * 8), written so that the lane's part is
+    // computed once: in a wide tile (W >= 64) the swizzle's XOR changes only the low 3 bits of a chunk
+    // index, so swz<W>(lane's row, lane's column) is the same for c16 and c16 + 4, and what the loops
+    // add, r16 · 16 · W + (c16 / 4) · 64, is a constant (lesson, section 12: fewer address instructions).
+    if (W >= 64) return r16 * 16 * W + (c16 / 4) * 64 + swz<W>(lane % 16, (c16 % 4) * 16 + (lane / 16) * 8);
     return swz<W>(r16 * 16 + lane % 16, c16 * 16 + (lane / 16) * 8);
 }
 
@@ -359,12 +364,14 @@ flash_backward_tc(const elem_t* __restrict__ q, const elem_t* __restrict__ k, co
         // dQ of this step: warp w takes row tile mq = w % ROW_TILES of the query tile and the features
         // of its part fq = w / ROW_TILES; C fragments, rows 16 mq + g (+ 8), features 8 (fq · DQ_DT + dt) + 2t (+ 1).
         const int mq = warp % ROW_TILES, fq = warp / ROW_TILES;
-        float dq_frag[DQ_DT][4];
+        // Two sets of accumulators: the even key steps add into dq_frag, the odd ones into dq_odd, two
+        // independent chains of mma per feature tile where one would make each wait for the last.
+        float dq_frag[DQ_DT][4], dq_odd[DQ_DT][4];
         #pragma unroll
         for (int dt = 0; dt < DQ_DT; ++dt)
             #pragma unroll
-            for (int e = 0; e < 4; ++e) dq_frag[dt][e] = 0.0f;
-        // TODO(5): dQ += dS K over the block's keys, 16 at a time (kk): A = dS (queries 16 mq .. × keys 16 kk ..) from ds_s with ldmatrix_x4_trans of block16_across (lesson, section 3), B = K (k = key, n = feature) with ldmatrix_x4_trans of k_s; then atomic_add2 every pair of dq_frag into dq_acc (rows i < n_q)
+            for (int e = 0; e < 4; ++e) { dq_frag[dt][e] = 0.0f; dq_odd[dt][e] = 0.0f; }
+        // TODO(5): dQ += dS K over the block's keys, 16 at a time (kk): A = dS (queries 16 mq .. × keys 16 kk ..) from ds_s with ldmatrix_x4_trans of block16_across (lesson, section 3), B = K (k = key, n = feature) with ldmatrix_x4_trans of k_s; even steps kk into dq_frag, odd ones into dq_odd; then dq_frag += dq_odd, and atomic_add2 every pair of dq_frag into dq_acc (rows i < n_q)
     }
     cp_async_wait<0>();                      // no copy outlives the block
 

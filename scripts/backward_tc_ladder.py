@@ -35,19 +35,22 @@ accumulator by atomics) and its launch code (backward_preprocess, the kernel, co
     5. +swizzle         the solution's XOR swizzle of every 16-bit tile (swz).          SWIZZLE=1
     6. +8-byte atomics  dQ's two neighbouring features of a row in one 8-byte reduction (atomic_add2,
                         float2 atomicAdd on sm_90).                                     ATOMIC2=1
-    7. +unrolled        the solution itself (called as is): Sᵀ and dPᵀ in one loop over the features,
-                        fully unrolled, and dQ's key loop unrolled 4 of its 8 times. The variant with
-                        every switch on (UNROLL=1) is the same kernel: nvcc 13.0 (sm_90, float16) gave
-                        it the solution's PTX line for line (2026-11-26). It is checked too: on the
-                        emulator its gradients must equal the solution's bit for bit (every step's do
-                        there: each sums the same products in the same order), on a GPU its dK and dV
+    7. +unrolled        Sᵀ and dPᵀ in one loop over the features, fully unrolled, and dQ's key loop
+                        unrolled 4 of its 8 times (the previous solution).              UNROLL=1
+    8. +two dQ chains   the solution itself (called as is): dQ's key loop fully unrolled, its even and
+                        odd steps added into two sets of accumulators, summed before the reductions.
+                        The variant with every switch on (DQ_TWO=1) is the same kernel, and is checked
+                        too: on the emulator its gradients must equal the solution's bit for bit (they
+                        sum the same products in the same order; steps 1 to 7 sum dQ in one chain, so
+                        their dQ differs from the solution's in the last bits), on a GPU its dK and dV
                         (dQ's atomics add in any order there).
 
 What every step shares with the solution is taken from its text, not copied (solution_code below cuts it
 out by first lines): the includes, CONFIG's constants, the types and PTX wrappers (mma, ldmatrix,
-cp.async), swz, load_tile_async, block16, block16_across, atomic_add2, backward_preprocess,
-to_a_fragments, the kernel's opening lines (the block's key tile, GQA group and causal first step), P
-from lse (TODO 2), dSᵀ with its stores (TODO 4, step 3 on), the dK / dV stores (TODO 6) and convert_dq.
+cp.async), swz, load_tile_async, block16 (every step computes a lane's part of an address once),
+block16_across, atomic_add2, backward_preprocess, to_a_fragments, the kernel's opening lines (the
+block's key tile, GQA group and causal first step), P from lse (TODO 2), dSᵀ with its stores (TODO 4,
+step 3 on), the dK / dV stores (TODO 6) and convert_dq.
 Each step is a fresh copy of the solution's Python module with this KERNEL and the switches added to
 CONFIG[d] (so: the solution's launch code, its -D options plus the switches), and its own shared_bytes.
 
@@ -112,11 +115,13 @@ KERNEL = r"""
 //                 stores, __syncthreads before and after
 //   SWIZZLE       the 16-bit tiles XOR-swizzled (the solution's swz); 0: plain row-major
 //   ATOMIC2       dQ added 8 bytes at a time (atomic_add2); 0: two 4-byte atomicAdd
-//   UNROLL        the solution's loops: Sᵀ and dPᵀ in one loop over the features, fully unrolled, and
-//                 dQ's key loop unrolled 4 times; 0: Sᵀ, then dPᵀ, each in its own loop over the
-//                 features, and dQ's loop over the keys, all rolled (#pragma unroll 1)
+//   UNROLL        Sᵀ and dPᵀ in one loop over the features, fully unrolled, and dQ's key loop unrolled
+//                 4 times; 0: Sᵀ, then dPᵀ, each in its own loop over the features, and dQ's loop over
+//                 the keys, all rolled (#pragma unroll 1)
+//   DQ_TWO        the solution's dQ: its key loop fully unrolled, the even steps into dq_frag and the
+//                 odd ones into dq_odd (two mma chains per feature tile), summed before the reductions
 #if !defined(USE_LDMATRIX) || !defined(PT_IN_REGS) || !defined(ASYNC) || !defined(SWIZZLE) || \
-    !defined(ATOMIC2) || !defined(UNROLL)
+    !defined(ATOMIC2) || !defined(UNROLL) || !defined(DQ_TWO)
 #error "the switches of the ladder come from the launch code as -D options"
 #endif
 
@@ -418,12 +423,14 @@ flash_backward_tc(const elem_t* __restrict__ q, const elem_t* __restrict__ k, co
         // dQ += dS K: warp w takes row tile mq = w % ROW_TILES of the query tile and the features of its
         // part fq = w / ROW_TILES; C fragments, rows 16 mq + g (+ 8), features 8 (fq · DQ_DT + dt) + 2t (+ 1).
         const int mq = warp % ROW_TILES, fq = warp / ROW_TILES;
-        float dq_frag[DQ_DT][4];
+        float dq_frag[DQ_DT][4], dq_odd[DQ_DT][4];
         #pragma unroll
         for (int dt = 0; dt < DQ_DT; ++dt)
             #pragma unroll
-            for (int e = 0; e < 4; ++e) dq_frag[dt][e] = 0.0f;
-#if UNROLL
+            for (int e = 0; e < 4; ++e) { dq_frag[dt][e] = 0.0f; dq_odd[dt][e] = 0.0f; }
+#if DQ_TWO
+        #pragma unroll
+#elif UNROLL
         #pragma unroll 4
 #else
         #pragma unroll 1
@@ -435,10 +442,16 @@ flash_backward_tc(const elem_t* __restrict__ q, const elem_t* __restrict__ k, co
             for (int dp = 0; dp < DQ_DT / 2; ++dp) {
                 unsigned kb[4];                  // K as B: the keys are the k index
                 frag_trans<D>(kb, k_s, kk, fq * DQ_DT / 2 + dp, lane);
-                mma_16816(dq_frag[2 * dp], ds_a, kb[0], kb[1]);
-                mma_16816(dq_frag[2 * dp + 1], ds_a, kb[2], kb[3]);
+                mma_16816(DQ_TWO && kk % 2 ? dq_odd[2 * dp] : dq_frag[2 * dp], ds_a, kb[0], kb[1]);
+                mma_16816(DQ_TWO && kk % 2 ? dq_odd[2 * dp + 1] : dq_frag[2 * dp + 1], ds_a, kb[2], kb[3]);
             }
         }
+#if DQ_TWO
+        #pragma unroll
+        for (int dt = 0; dt < DQ_DT; ++dt)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) dq_frag[dt][e] += dq_odd[dt][e];
+#endif
         #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const int i = m_start + mq * 16 + g + 8 * r;
@@ -468,7 +481,7 @@ flash_backward_tc(const elem_t* __restrict__ q, const elem_t* __restrict__ k, co
 @SOLUTION_CONVERT@
 """
 
-SWITCHES = ("USE_LDMATRIX", "PT_IN_REGS", "ASYNC", "SWIZZLE", "ATOMIC2", "UNROLL")
+SWITCHES = ("USE_LDMATRIX", "PT_IN_REGS", "ASYNC", "SWIZZLE", "ATOMIC2", "UNROLL", "DQ_TWO")
 
 
 def _switches(n_on: int) -> dict:
@@ -484,9 +497,10 @@ STEPS = [
     ("+cp.async", _switches(3)),
     ("+swizzle", _switches(4)),
     ("+8-byte atomics", _switches(5)),
-    ("+unrolled (solution)", None),
+    ("+unrolled", _switches(6)),
+    ("+two dQ chains (solution)", None),
 ]
-ALL_ON = ("(variant, all on)", _switches(6))
+ALL_ON = ("(variant, all on)", _switches(7))
 SOLUTION_LABEL = STEPS[-1][0]
 
 # scripts/backward_tc_variants.py's cases (tiny, a tile plus one, GQA, scores far below zero, causal with

@@ -8,23 +8,29 @@ timed on a GPU next to PyTorch's FlashAttention-2 and cuDNN backward.
     python scripts/backward_tc_variants.py --check            # module 11's cases on the CPU emulator
     python scripts/backward_tc_variants.py --nvcc             # ptxas's registers and spills (sm_90, float16)
     python scripts/backward_tc_variants.py --build DIR        # every variant's modules as cubins (nvcc, sm_90)
-    python scripts/backward_tc_variants.py [--cubins DIR] [--cases fp16-full] [--out F]
+    python scripts/backward_tc_variants.py [--cubins DIR] [--cases fp16-full] [--rounds N] [--out F]
                                                               # on a GPU: check, then time (B=2, H=16, N=4096)
 
 On a GPU each variant is compiled by NVRTC, as the grader does, unless --cubins names a folder that
 --build filled (nvcc here, where compiling costs no device time); a module not found there falls back
 to NVRTC. At 255 registers a thread the two builds of one source can differ by 10 % (lesson, section
 12): compare variants built the same way. --cases fp16-full times float16 without the causal mask only
-(d = 128 and 64); --only LABEL ... takes some variants; --no-check times without checking first;
+(d = 128 and 64), --cases full both types without it; --rounds N times every contender N times, round
+after round in a rotated order, and gives the median and each round's ratio to FlashAttention-2 (two
+runs of one kernel differ by 3 to 8 %: a change of a few percent shows only this way);
+--only LABEL ... takes some variants; --no-check times without checking first;
 --write LABEL applies a variant's text edits to the solution file (how the solution's last choices
 were made: the fastest of the candidates, timed on the H100).
 
-The variants: the solution and the kernels it was chosen among; then, marked "ref:", one change each
-to a reference kernel (dQ's key loop fully unrolled, B of Sᵀ and dPᵀ read across first), the kernel
-the lesson's second table starts from; the 2026-11-26 solution's own choices; last, the changes tried
-after the solution (the lesson's third table): fewer address instructions, two sets of dQ accumulators,
-three stages, dQ by bulk asynchronous reductions, and FlashAttention-2's 2D warp tiling (a kernel of its
-own, TILED_2D_KERNEL, around the solution's helpers).
+The variants: the solution; the previous solution (PREVIOUS: the solution with its last change
+undone) and the kernels it was chosen among; then, marked "ref:", one change each to a reference kernel
+(dQ's key loop fully unrolled, B of Sᵀ and dPᵀ read across first), the kernel the lesson's second table
+starts from; the first version's choices; then the changes tried after the previous solution (the
+lesson's third table): fewer address instructions, two sets of dQ accumulators, three stages, dQ by bulk
+asynchronous reductions, and FlashAttention-2's 2D warp tiling (a kernel of its own, TILED_2D_KERNEL,
+around the solution's helpers); last, combinations of the first two with dQ's loop fully unrolled (all
+three together are the solution's last change). Every variant but the solution is an edit of PREVIOUS,
+so that the lesson's tables can be measured again as they were.
 
 The separate dQ pass: the solution's kernel with its dQ step cut out (the text between two of its
 comments, not a copy), and a second kernel, one block per query tile, that owns its rows of dQ and
@@ -440,6 +446,52 @@ def bulk_end(text: str) -> str:
                    "    asm volatile(\"cp.async.bulk.wait_group 0;\" ::: \"memory\");\n")(text)
 
 
+# The previous solution (2026-11-26), before its last change (lesson, section 12): block16 in one
+# expression, dQ in one set of accumulators with its key loop unrolled 4 times. Every variant but the
+# solution itself is this kernel with its edits (on_previous), as the lesson's tables measured them.
+PREVIOUS = (
+    replace("even steps kk into dq_frag, odd ones into dq_odd; then dq_frag += dq_odd, and atomic_add2",
+            "then atomic_add2"),
+    replace("""    // swz<W>(r16 * 16 + lane % 16, c16 * 16 + (lane / 16) * 8), written so that the lane's part is
+    // computed once: in a wide tile (W >= 64) the swizzle's XOR changes only the low 3 bits of a chunk
+    // index, so swz<W>(lane's row, lane's column) is the same for c16 and c16 + 4, and what the loops
+    // add, r16 · 16 · W + (c16 / 4) · 64, is a constant (lesson, section 12: fewer address instructions).
+    if (W >= 64) return r16 * 16 * W + (c16 / 4) * 64 + swz<W>(lane % 16, (c16 % 4) * 16 + (lane / 16) * 8);
+""", ""),
+    replace("""        // Two sets of accumulators: the even key steps add into dq_frag, the odd ones into dq_odd, two
+        // independent chains of mma per feature tile where one would make each wait for the last.
+        float dq_frag[DQ_DT][4], dq_odd[DQ_DT][4];
+        #pragma unroll
+        for (int dt = 0; dt < DQ_DT; ++dt)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) { dq_frag[dt][e] = 0.0f; dq_odd[dt][e] = 0.0f; }
+""", """        float dq_frag[DQ_DT][4];
+        #pragma unroll
+        for (int dt = 0; dt < DQ_DT; ++dt)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) dq_frag[dt][e] = 0.0f;
+"""),
+    replace("""        // Fully unrolled (BLOCK_N / 16 = 8 steps): kk % 2 picks the set at compile time.
+        #pragma unroll
+        for (int kk = 0; kk < BLOCK_N / 16; ++kk) {""", """        // Unrolled 4 times (of BLOCK_N / 16 = 8): measured faster than fully unrolled or rolled (section 12).
+        #pragma unroll 4
+        for (int kk = 0; kk < BLOCK_N / 16; ++kk) {"""),
+    replace("""                mma_16816(kk % 2 ? dq_odd[2 * dp] : dq_frag[2 * dp], ds_a, kb[0], kb[1]);
+                mma_16816(kk % 2 ? dq_odd[2 * dp + 1] : dq_frag[2 * dp + 1], ds_a, kb[2], kb[3]);
+            }
+        }
+        #pragma unroll
+        for (int dt = 0; dt < DQ_DT; ++dt)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) dq_frag[dt][e] += dq_odd[dt][e];
+""", """                mma_16816(dq_frag[2 * dp], ds_a, kb[0], kb[1]);
+                mma_16816(dq_frag[2 * dp + 1], ds_a, kb[2], kb[3]);
+            }
+        }
+"""),
+)
+
+
 # block16 written as (what the loops add: r16 · 16 · W + (c16 / 4) · 64) + (the lane's part, one
 # expression per c16 % 4): the swizzle's XOR touches only a chunk's low 3 bits (W >= 64), so the lane's
 # part is the same for c16 and c16 + 4 and the compiler computes it once. nvcc 13.0 (sm_90, float16,
@@ -742,6 +794,7 @@ class Variant:
     stages: int = 2            # stages of Q, dO, lse and D
     emulated: bool = True      # False: uses PTX the CPU emulator does not run (checked on a GPU only)
     dq_staged: bool = False    # dq_s [BLOCK_M][D + 8] floats after the stages
+    on_previous: bool = True   # edits of the previous solution (PREVIOUS); False: of the solution
 
     @functools.cached_property
     def module(self):
@@ -782,7 +835,8 @@ class Variant:
 BN64 = {128: dict(BLOCK_M=32, BLOCK_N=64), 64: dict(BLOCK_M=64, BLOCK_N=64)}
 VARIANTS = [
     # The solution, and the kernels it was chosen among (built by NVRTC, as the grader builds them).
-    Variant("the solution"),
+    Variant("the solution", on_previous=False),
+    Variant("the previous solution"),
     Variant("B read across first", (B_ACROSS,)),
     Variant("B across, dQ fully unrolled", REF),
     Variant("B across, dQ unrolled 2 times", (dq_unroll(2), B_ACROSS)),
@@ -815,7 +869,16 @@ VARIANTS = [
     Variant("three stages", (three_stages,), stages=3),
     Variant("dQ by bulk asynchronous reductions", (BULK_DQ, bulk_end), dq_staged=True, emulated=False),
     Variant("FlashAttention-2's 2D warp tiling", (tiled_2d,), config={128: dict(BLOCK_M=64)}, ds_halves=2),
+    # Their combinations, timed round after round against the previous solution (--rounds): all three
+    # of lane part once, two dQ sets and dQ's loop fully unrolled became the solution's last change.
+    Variant("dQ fully unrolled", (dq_unroll(None),)),
+    Variant("lane part once, two dQ sets", (LANE_PART,) + DQ_TWO_SETS),
+    Variant("lane part once, dQ fully unrolled", (LANE_PART, dq_unroll(None))),
+    Variant("two dQ sets, dQ fully unrolled", DQ_TWO_SETS + (dq_unroll(None),)),
 ]
+for _v in VARIANTS:
+    if _v.on_previous:
+        _v.edits = PREVIOUS + tuple(_v.edits)
 
 # ---- nvcc builds: --nvcc, --build, and the GPU runtime that loads them ---------------------------------
 
@@ -980,7 +1043,7 @@ def write_variant(label: str) -> int:
     return 0
 
 
-def gpu_main(out_path: str | None, cubins: str | None, cases: str, check: bool = True) -> int:
+def gpu_main(out_path: str | None, cubins: str | None, cases: str, check: bool = True, rounds: int = 1) -> int:
     import numpy as np
     from grader.attention.baselines import backward_flops, torch_sdpa_backward
     from grader.bench import time_gpu
@@ -999,7 +1062,9 @@ def gpu_main(out_path: str | None, cubins: str | None, cases: str, check: bool =
     shapes = [(d, dtype, causal) for d in (128, 64) for dtype in ("float16", "bfloat16") for causal in (False, True)]
     if cases == "fp16-full":
         shapes = [s for s in shapes if s[1] == "float16" and not s[2]]
-    print("\n## Timing (median of 20 runs after 3, CUDA events)")
+    elif cases == "full":
+        shapes = [s for s in shapes if not s[2]]
+    print(f"\n## Timing (median of 20 runs after 3, CUDA events; {rounds} round(s), the median of the rounds)")
     for d, dtype, causal in shapes:
         p = dict(B=2, H=16, Hkv=16, Nq=4096, Nk=4096, d=d, dtype=dtype, causal=causal)
         rng = np.random.default_rng(d)
@@ -1018,16 +1083,32 @@ def gpu_main(out_path: str | None, cubins: str | None, cases: str, check: bool =
                       for v in VARIANTS if d in v.dims and v.label not in failed]
         contenders += [(f"torch {name}", (lambda run=torch_sdpa_backward(backend): run(ctx)))
                        for name, backend in (("FA2", "FLASH_ATTENTION"), ("cuDNN", "CUDNN_ATTENTION"))]
-        for label, fn in contenders:
-            try:
-                ms = float(np.median(time_gpu(fn, rt, warmup=3, reps=20)))
-            except Exception as e:
-                print(f"  {label}: not timed ({type(e).__name__}: {str(e).splitlines()[0]})")
+        # Round after round, each round in another order (rotated): a drift of the clocks over the run
+        # falls on every contender alike. A contender's ms: the median over the rounds of its medians.
+        per_round = {label: [] for label, _ in contenders}
+        for r in range(rounds):
+            for label, fn in contenders[r % len(contenders):] + contenders[:r % len(contenders)]:
+                if per_round[label] is None:
+                    continue
+                try:
+                    per_round[label].append(float(np.median(time_gpu(fn, rt, warmup=3, reps=20))))
+                except Exception as e:
+                    print(f"  {label}: not timed ({type(e).__name__}: {str(e).splitlines()[0]})")
+                    per_round[label] = None
+        fa2_rounds = per_round.get("torch FA2")
+        for label, times in per_round.items():
+            if not times:
                 continue
-            rows.append(dict(variant=label, d=d, dtype=dtype, causal=causal, ms=ms,
+            ms = float(np.median(times))
+            rows.append(dict(variant=label, d=d, dtype=dtype, causal=causal, ms=ms, rounds=times,
                              tflops=backward_flops(p) / (ms * 1e-3) / 1e12))
+            spread = ""
+            if rounds > 1 and fa2_rounds:
+                ratio = np.array(fa2_rounds) / np.array(times)   # × FA2, round by round
+                rows[-1]["x_fa2_rounds"] = ratio.tolist()
+                spread = f"  × FA2 per round: median {np.median(ratio):.3f}, {ratio.min():.3f} to {ratio.max():.3f}"
             print(f"  {dtype:8} d={d:<3} {'causal' if causal else 'full  '} {label:44} {ms:8.3f} ms "
-                  f"{rows[-1]['tflops']:6.1f} TFLOP/s", flush=True)
+                  f"{rows[-1]['tflops']:6.1f} TFLOP/s{spread}", flush=True)
     fa2 = {(r["d"], r["dtype"], r["causal"]): r["ms"] for r in rows if r["variant"] == "torch FA2"}
     print("\n| variant | dtype | d | mask | ms | TFLOP/s | × FA2 |\n|---|---|---|---|---|---|---|")
     for r in rows:
@@ -1052,10 +1133,12 @@ def main() -> int:
     mode.add_argument("--nvcc", action="store_true", help="compile every variant with the local nvcc for sm_90")
     mode.add_argument("--build", metavar="DIR", help="compile every variant's modules into DIR (cubins)")
     ap.add_argument("--cubins", metavar="DIR", help="GPU mode: load the modules --build made in DIR")
-    ap.add_argument("--cases", choices=("all", "fp16-full"), default="all", help="GPU mode: the shapes to time")
+    ap.add_argument("--cases", choices=("all", "full", "fp16-full"), default="all", help="GPU mode: the shapes to time")
     ap.add_argument("--out", help="GPU mode: also write the figures to this JSON file")
     ap.add_argument("--only", nargs="+", metavar="LABEL", help="only these variants (labels as in the table)")
     ap.add_argument("--no-check", action="store_true", help="GPU mode: time without checking first")
+    ap.add_argument("--rounds", type=int, default=1, help="GPU mode: time every contender this many times, "
+                    "round after round, and report the median (and each round's ratio to FlashAttention-2)")
     mode.add_argument("--write", metavar="LABEL", help="apply this variant's text edits to the solution file")
     args = ap.parse_args()
     if args.only:
@@ -1072,7 +1155,7 @@ def main() -> int:
         return 1 if build(None, elems=("float16",)) else 0
     if args.build:
         return 1 if build(args.build) else 0
-    return gpu_main(args.out, args.cubins, args.cases, check=not args.no_check)
+    return gpu_main(args.out, args.cubins, args.cases, check=not args.no_check, rounds=args.rounds)
 
 
 if __name__ == "__main__":

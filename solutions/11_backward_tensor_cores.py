@@ -151,6 +151,11 @@ __device__ __forceinline__ void load_tile_async(elem_t* tile, const elem_t* src,
 template <int W>
 __device__ __forceinline__ int block16(int r16, int c16, int lane)
 {
+    // swz<W>(r16 * 16 + lane % 16, c16 * 16 + (lane / 16) * 8), written so that the lane's part is
+    // computed once: in a wide tile (W >= 64) the swizzle's XOR changes only the low 3 bits of a chunk
+    // index, so swz<W>(lane's row, lane's column) is the same for c16 and c16 + 4, and what the loops
+    // add, r16 · 16 · W + (c16 / 4) · 64, is a constant (lesson, section 12: fewer address instructions).
+    if (W >= 64) return r16 * 16 * W + (c16 / 4) * 64 + swz<W>(lane % 16, (c16 % 4) * 16 + (lane / 16) * 8);
     return swz<W>(r16 * 16 + lane % 16, c16 * 16 + (lane / 16) * 8);
 }
 
@@ -418,14 +423,16 @@ flash_backward_tc(const elem_t* __restrict__ q, const elem_t* __restrict__ k, co
         // dQ of this step: warp w takes row tile mq = w % ROW_TILES of the query tile and the features
         // of its part fq = w / ROW_TILES; C fragments, rows 16 mq + g (+ 8), features 8 (fq · DQ_DT + dt) + 2t (+ 1).
         const int mq = warp % ROW_TILES, fq = warp / ROW_TILES;
-        float dq_frag[DQ_DT][4];
+        // Two sets of accumulators: the even key steps add into dq_frag, the odd ones into dq_odd, two
+        // independent chains of mma per feature tile where one would make each wait for the last.
+        float dq_frag[DQ_DT][4], dq_odd[DQ_DT][4];
         #pragma unroll
         for (int dt = 0; dt < DQ_DT; ++dt)
             #pragma unroll
-            for (int e = 0; e < 4; ++e) dq_frag[dt][e] = 0.0f;
-        // BEGIN SOLUTION TODO(5): dQ += dS K over the block's keys, 16 at a time (kk): A = dS (queries 16 mq .. × keys 16 kk ..) from ds_s with ldmatrix_x4_trans of block16_across (lesson, section 3), B = K (k = key, n = feature) with ldmatrix_x4_trans of k_s; then atomic_add2 every pair of dq_frag into dq_acc (rows i < n_q)
-        // Unrolled 4 times (of BLOCK_N / 16 = 8): measured faster than fully unrolled or rolled (section 12).
-        #pragma unroll 4
+            for (int e = 0; e < 4; ++e) { dq_frag[dt][e] = 0.0f; dq_odd[dt][e] = 0.0f; }
+        // BEGIN SOLUTION TODO(5): dQ += dS K over the block's keys, 16 at a time (kk): A = dS (queries 16 mq .. × keys 16 kk ..) from ds_s with ldmatrix_x4_trans of block16_across (lesson, section 3), B = K (k = key, n = feature) with ldmatrix_x4_trans of k_s; even steps kk into dq_frag, odd ones into dq_odd; then dq_frag += dq_odd, and atomic_add2 every pair of dq_frag into dq_acc (rows i < n_q)
+        // Fully unrolled (BLOCK_N / 16 = 8 steps): kk % 2 picks the set at compile time.
+        #pragma unroll
         for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
             // ds_s holds dSᵀ: its rows are keys. Read across first and transposed on the way, matrix 0
             // (keys 0-7 × queries 0-7) gives the lane (query g, keys 2t, 2t+1): a[0]; matrix 1 (queries
@@ -436,10 +443,14 @@ flash_backward_tc(const elem_t* __restrict__ q, const elem_t* __restrict__ k, co
             for (int dp = 0; dp < DQ_DT / 2; ++dp) {
                 unsigned kb[4];                  // K as V was in module 06: the keys are the k index
                 ldmatrix_x4_trans(kb, k_s + block16<D>(kk, fq * DQ_DT / 2 + dp, lane));
-                mma_16816(dq_frag[2 * dp], ds_a, kb[0], kb[1]);
-                mma_16816(dq_frag[2 * dp + 1], ds_a, kb[2], kb[3]);
+                mma_16816(kk % 2 ? dq_odd[2 * dp] : dq_frag[2 * dp], ds_a, kb[0], kb[1]);
+                mma_16816(kk % 2 ? dq_odd[2 * dp + 1] : dq_frag[2 * dp + 1], ds_a, kb[2], kb[3]);
             }
         }
+        #pragma unroll
+        for (int dt = 0; dt < DQ_DT; ++dt)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) dq_frag[dt][e] += dq_odd[dt][e];
         // Every key tile adds its share to the same rows: atomically, in float32 (the scale comes in
         // convert_dq). The lane's two neighbouring features of a row go in one 8-byte reduction.
         #pragma unroll
