@@ -457,6 +457,16 @@ def accumulation_causes(ctx):
                     f"output matches that, tiles of {bm}: row groups 2r and 2r + 1 summed into group r, the later "
                     "groups 0): the atomicAdd's row must be the row whose dS it read, qi + (2r + half) · "
                     "ROW_GROUPS."))
+            # The atomicAdd's row without its half: rows qi + (2r + half) · ROW_GROUPS added at qi + 2r ·
+            # ROW_GROUPS, so group 2r holds its dQ and group 2r + 1's, and group 2r + 1 none.
+            alt_dq = np.zeros_like(dq)
+            np.add.at(alt_dq, (slice(None), slice(None), rows - local + local % groups + (local // groups) // 2 * 2 * groups), dq)
+            if _matches(ctx, dict(dq=alt_dq, dk=ctx.ref["dk"], dv=ctx.ref["dv"])):
+                yield Cause("dq:rows_added_even_group", (
+                    f"each thread's dQ of rows qi + (2r + 1) · {groups} is added at row qi + 2r · {groups} (the "
+                    f"output matches that, tiles of {bm}: row groups 2r and 2r + 1 summed into group 2r, group "
+                    "2r + 1 left 0): the atomicAdd's row leaves out the half, where it must be the row whose "
+                    "dS it read, qi + (2r + half) · ROW_GROUPS."))
     for name, kw in (("dQ", "dq_scale"), ("dK", "dk_scale")):
         for factor, what in ((1.0 / ctx.inputs["scale"], "without the scale"), (ctx.inputs["scale"], "with the scale twice")):
             if _replay(ctx, **{kw: factor}):

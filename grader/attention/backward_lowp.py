@@ -174,12 +174,26 @@ def fragment_causes(ctx):
     # The lse of one query of each pair (2t, 2t + 1) used for the other: a lane holds two neighbouring
     # queries of a fragment row and reads their lse with one 8-byte load. P = exp(S - lse') can
     # overflow where lse' is far below the row's own, so the replay computes as the kernel does.
-    for which, pick in (("first", lambda i: i - i % 2), ("second", lambda i: i | 1), ("other", lambda i: i ^ 1)):
-        def pair_p(s, lse, vis, pick=pick):
+    for which, pick in (("first", lambda i: i - i % 2), ("second", lambda i: i | 1), ("other", lambda i: i ^ 1),
+                        ("t_index", lambda i: i - i % 8 + (i % 8) // 2 + i % 2)):
+        def pair_p(s, lse, vis, pick=pick, which=which):
             padded = np.append(lse, 0.0)                 # a query past n_q: its lse is the tile's zero fill
             other = padded[np.minimum(pick(np.arange(lse.shape[0])), lse.shape[0])]
-            return from_lse(s, other, vis)
+            if which != "t_index":
+                return from_lse(s, other, vis)
+            # Another row's lse, as the kernel's exp2f takes it: in float32, inf past its range, and
+            # inf where that row saw no key (lse = -inf) and this one sees some.
+            with np.errstate(over="ignore", invalid="ignore"):
+                p = np.exp(np.float32(s) - np.float32(other)[:, None]).astype(np.float64)
+            return np.where(vis, p, 0.0) if vis is not None else p
         if _kernel_like(ctx, probs=pair_p):
+            if which == "t_index":
+                yield Cause("P:lse_pair_t_index", (
+                    "P of queries 8 nt + 2t and 8 nt + 2t + 1 is recomputed with the lse of queries 8 nt + t and "
+                    "8 nt + t + 1 (the output matches that): the lane's pair of lse is read at lse_t[nt * 8 + t], "
+                    "where its two queries start at nt * 8 + 2t. (On a GPU that 8-byte read is also misaligned "
+                    "for odd t.)"))
+                continue
             yield Cause(f"P:lse_pair_{which}", (
                 (f"P of queries 2i and 2i + 1 is recomputed with the {which} one's lse" if which != "other" else
                  "P of each query is recomputed with its neighbour's lse, 2i with that of 2i + 1 and the other "
@@ -219,6 +233,16 @@ def fragment_causes(ctx):
             "features 0-7 with keys 0-7 of features 8-15; dK and dV are right): K's B fragments for dQ are "
             "paired wrongly. From ldmatrix_x4_trans of a 16 × 16 block of k_s, feature tile 2dp takes "
             "(kb[0], kb[1]), keys 0-7 then 8-15, and feature tile 2dp + 1 takes (kb[2], kb[3])."))
+    # dQ's key loop with two sets of accumulators (even 16-key steps into dq_frag, odd ones into dq_odd),
+    # one of them never reaching the reductions: dQ = scale · dS K over half of each tile's key steps.
+    step_parity = (np.arange(np.shape(ctx.inputs["k"])[-2]) // 16) % 2
+    for kept, cid, lost in ((0, "dq:odd_steps_dropped", "the odd steps' set, dq_odd, never reaches them"),
+                            (1, "dq:even_steps_dropped", "only the odd steps' set, dq_odd, reaches them")):
+        if backward._replay(ctx, dq_ds=lambda p, ds, keep=(step_parity == kept): ds * keep[None, :]):
+            yield Cause(cid, (
+                f"dQ matches dS K summed over the {'even' if kept == 0 else 'odd'} 16-key steps kk of each key "
+                f"tile alone (dK and dV are right): the reductions add the sum of one set of accumulators, and "
+                f"{lost}. After the key loop, dq_frag[dt][e] += dq_odd[dt][e]; then atomic_add2 adds dq_frag."))
     # D chosen by the element's key half (e / 2) where its query (e % 2) is due: keys g of a warp's 16
     # take the pair's first query's D, keys g + 8 the second's.
     n_k = np.shape(ctx.inputs["k"])[-2]

@@ -123,7 +123,7 @@ def _describe_access(kernel, rec, args, arg_slot, bufs, smem, shared_mem) -> str
                 f"{idx}, but the buffer holds {a.size} {a.dtype} elements (shape "
                 f"{tuple(a.shape)}); the index is {beyond}. Check the bounds test on this "
                 "line (the last tile may be partial), and the index itself: an offset, head or "
-                "stride of another array (a kv head where a query head is due, say) lands outside "
+                "stride of another array (a query head where a kv head is due, or the other way round) lands outside "
                 "this one.")
     if smem is not None:
         loc = smem.locate(addr)

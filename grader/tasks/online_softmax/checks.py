@@ -279,6 +279,22 @@ def diagnose(ctx):
         yield Cause("merge:element_weight_exp", (
             "each element enters the softmax as the state (x, exp(x)), where (x, 1) is due (the output "
             "matches l = sum of exp(x) · exp(x - m)): one element seen alone has max x and sum exp(x - x) = 1."))
+    # The row's loop runs one element too far, j <= n: (m, l) also take x_row[n], the next row's first
+    # element (the last row's: what lies after the array, zeros in the emulator's padding); y and lse
+    # are then normalised with that state.
+    R, n = x.shape
+    if R and n:
+        extra = np.append(x[1:, 0], 0.0)[:, None]
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            wide = np.concatenate([x, extra], axis=1)
+            m_alt = wide.max(axis=1, keepdims=True)
+            l_alt = np.exp(wide - m_alt).sum(axis=1, keepdims=True)
+            y_alt = np.exp(x - m_alt) / l_alt
+            lse_alt = (m_alt + np.log(l_alt))[:, 0]
+        if matches(ctx, y=y_alt, lse=lse_alt):
+            yield Cause("row_bound:one_past_end", (
+                "each row's (m, l) also takes the element after its last, x_row[n] (the next row's first; "
+                "the output matches that): the loop over a row's elements runs to j <= n, where j < n is due."))
     yield from weights.softmax_rows_observation(ctx, x)
 
 

@@ -219,10 +219,18 @@ def position_causes(ctx):
     # The launch splits the longest context the table can address, max_pages · page_size.
     for chunk in sorted(set(replays.split_sizes(ctx, L)) | set(replays.split_sizes(ctx, max_pages * ps)), reverse=True):
         for cid, text, first_missing, ahead in (
-                ("page_lookup:first_step_missing",
-                 "the first step's page lookup is missing: each warp reads its first KEYS_PER_STEP keys "
-                 "from cache row 0 (pos_next = 0 before the loop), later steps are right. Look up the "
-                 "first step's positions before the loop, as the loop does for the next step", True, stride),
+                # Two bugs, one replay: a warp whose first step reads row 0 and the rest right, and a
+                # warp whose every step reads its next step's rows (row 0 past the split's end), read
+                # the same rows, only for other keys; attention does not depend on the order of its
+                # keys, so they give the same o and lse on every input, and no case can tell them apart.
+                ("page_lookup:step_shifted",
+                 "a warp's page lookups are one step off: either its first step's lookup is missing "
+                 "(pos_next = 0 before the loop: the first step reads cache row 0, later steps are "
+                 "right), or every step reads the rows looked up for its next step (the next lookup "
+                 "overwrote pos_next before pos_here took it: the last step reads row 0). Both read the "
+                 "same rows, for other keys, and attention does not depend on the order of its keys, so "
+                 "no output tells these two apart. Look up the first step's positions before the loop; "
+                 "in the loop, take pos_here = pos_next first, then look up the next step", True, stride),
                 ("page_lookup:next_step_keys_per_step",
                  "the look-ahead finds the positions of keys j0 + KEYS_PER_STEP + u, not of the warp's next "
                  "step j0 + WARPS · KEYS_PER_STEP + u: from its second step on, a warp reads other keys' rows "
