@@ -447,26 +447,24 @@ def accumulation_causes(ctx):
                     f"each thread's dQ rows qi + (2r + half) · {groups} hold the dQ of row qi + r · {groups} (the output "
                     f"matches that, tiles of {bm}): the dS row read for dQ is the first half's, where it must "
                     "be the row the atomicAdd adds to, qi + (2r + half) · ROW_GROUPS, in both places."))
-            # The mirror: the right dS rows, added at qi + r · ROW_GROUPS: 16-row group r gets groups 2r
-            # and 2r + 1, the later groups nothing.
-            alt_dq = np.zeros_like(dq)
-            np.add.at(alt_dq, (slice(None), slice(None), src), dq)
-            if _matches(ctx, dict(dq=alt_dq, dk=ctx.ref["dk"], dv=ctx.ref["dv"])):
-                yield Cause("dq:rows_added_first_half", (
-                    f"each thread's dQ of rows qi + (2r + half) · {groups} is added at row qi + r · {groups} (the "
-                    f"output matches that, tiles of {bm}: row groups 2r and 2r + 1 summed into group r, the later "
-                    "groups 0): the atomicAdd's row must be the row whose dS it read, qi + (2r + half) · "
-                    "ROW_GROUPS."))
-            # The atomicAdd's row without its half: rows qi + (2r + half) · ROW_GROUPS added at qi + 2r ·
-            # ROW_GROUPS, so group 2r holds its dQ and group 2r + 1's, and group 2r + 1 none.
-            alt_dq = np.zeros_like(dq)
-            np.add.at(alt_dq, (slice(None), slice(None), rows - local + local % groups + (local // groups) // 2 * 2 * groups), dq)
-            if _matches(ctx, dict(dq=alt_dq, dk=ctx.ref["dk"], dv=ctx.ref["dv"])):
-                yield Cause("dq:rows_added_even_group", (
-                    f"each thread's dQ of rows qi + (2r + 1) · {groups} is added at row qi + 2r · {groups} (the "
-                    f"output matches that, tiles of {bm}: row groups 2r and 2r + 1 summed into group 2r, group "
-                    "2r + 1 left 0): the atomicAdd's row leaves out the half, where it must be the row whose "
-                    "dS it read, qi + (2r + half) · ROW_GROUPS."))
+            # The right dS rows added at the wrong rows: at qi + r · ROW_GROUPS (16-row group r gets groups
+            # 2r and 2r + 1, the later groups nothing), or at qi + 2r · ROW_GROUPS, the atomicAdd's row
+            # without its half (group 2r gets its own and group 2r + 1's, group 2r + 1 nothing).
+            for cid, to, text in (
+                    ("dq:rows_added_first_half", src,
+                     f"each thread's dQ of rows qi + (2r + half) · {groups} is added at row qi + r · {groups} (the "
+                     f"output matches that, tiles of {bm}: row groups 2r and 2r + 1 summed into group r, the later "
+                     "groups 0): the atomicAdd's row must be the row whose dS it read, qi + (2r + half) · "
+                     "ROW_GROUPS."),
+                    ("dq:rows_added_even_group", rows - local + local % groups + (local // groups) // 2 * 2 * groups,
+                     f"each thread's dQ of rows qi + (2r + 1) · {groups} is added at row qi + 2r · {groups} (the "
+                     f"output matches that, tiles of {bm}: row groups 2r and 2r + 1 summed into group 2r, group "
+                     "2r + 1 left 0): the atomicAdd's row leaves out the half, where it must be the row whose "
+                     "dS it read, qi + (2r + half) · ROW_GROUPS.")):
+                alt_dq = np.zeros_like(dq)
+                np.add.at(alt_dq, (slice(None), slice(None), to), dq)
+                if _matches(ctx, dict(dq=alt_dq, dk=ctx.ref["dk"], dv=ctx.ref["dv"])):
+                    yield Cause(cid, text)
     for name, kw in (("dQ", "dq_scale"), ("dK", "dk_scale")):
         for factor, what in ((1.0 / ctx.inputs["scale"], "without the scale"), (ctx.inputs["scale"], "with the scale twice")):
             if _replay(ctx, **{kw: factor}):

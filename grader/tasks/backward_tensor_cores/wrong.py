@@ -55,4 +55,13 @@ WRONG = [
           cases=('gqa_4_to_1', 'causal_gqa'),
           numeric=True,
           cause='gqa:not_summed'),
+    Wrong(EX, 'dq_odd_set_dropped',
+          "dQ's odd 16-key steps add into dq_odd, which is never added into dq_frag before the reductions",
+          edits=(
+              ('            for (int e = 0; e < 4; ++e) dq_frag[dt][e] += dq_odd[dt][e];\n',
+               '            for (int e = 0; e < 4; ++e) dq_frag[dt][e] += 0.0f * dq_odd[dt][e];   // BUG: dq_odd dropped\n'),
+          ),
+          expect=('even 16-key steps', 'dq_odd'),
+          cases=('primes', 'head_dim_128'),
+          cause='dq:odd_steps_dropped'),
 ]
