@@ -41,7 +41,7 @@ _GUARD = lambda line: bool(re.search(r"\b(if|for|while)\b|\?", line))   # noqa: 
 # a row with no key (l > 0 become l >= 0: its 1/l is inf), or the emulator's out-of-bounds report.
 _BOUNDS = (EMULATOR, "keys_end:", "keys_start:", "key_tiles_end:", "split_end:", "bounds_mask:",
            "mask:diagonal_excluded", "mask:one_extra", "varlen:rows_past_end", "varlen:keys_past_end",
-           "empty_rows:", "tile_skipped:")
+           "empty_rows:", "tile_skipped:", "row_bound:")
 _LANES = (EMULATOR, "reduce:", "D:partial_lanes")
 
 OPERATORS = (
