@@ -233,9 +233,9 @@ __device__ __forceinline__ void product_t_step(float (&x)[NT][4], const elem_t* 
 
 // x = a_s · b_tᵀ and y = c_s · d_tᵀ (the warp's 16 rows of a_s and c_s), summed over the D features: Sᵀ
 // and dPᵀ. The two products share nothing, so they share the loop: each feature step issues both, twice
-// the independent loads and mma for the warp to overlap. Fully unrolled (D / 16 steps), like the other
-// loops of the step but dQ's: with the whole step in view, the compiler issues loads well ahead of the
-// mma that use them (lesson, section 12).
+// the independent loads and mma for the warp to overlap. Fully unrolled (D / 16 steps), like every
+// loop of the step, dQ's included: with the whole step in view, the compiler issues loads well ahead of
+// the mma that use them (lesson, section 12).
 template <int D>
 __device__ __forceinline__ void products_t(float (&x)[NT][4], const elem_t* a_s, const elem_t* b_t,
                                            float (&y)[NT][4], const elem_t* c_s, const elem_t* d_t, int warp, int lane)
