@@ -267,6 +267,18 @@ def fragment_causes(ctx):
                 f"(the output matches dS K with K's first {w} features read for each part; dK and dV are "
                 f"right): the {parts} warps of a row tile of dQ each take their own {w} features, so the "
                 "K block each reads starts at its part: block16<D>(kk, fq · DQ_DT / 2 + dp, lane)."))
+        # Each part added to dQ at feature fq · DQ_DT (its start counted in 8-feature tiles) where
+        # fq · DQ_DT · 8 is due: the parts land overlapping near the first features.
+        dq, dk, dv = backward.gradients(ctx.inputs)
+        moved = np.zeros_like(dq)
+        for fq in range(parts):
+            moved[..., fq * w // 8: fq * w // 8 + w] += dq[..., fq * w: (fq + 1) * w]
+        if backward._matches(ctx, dict(dq=moved, dk=dk, dv=dv)):
+            yield Cause("dq:part_offset_in_tiles", (
+                f"dQ matches each warp's part of {w} features added at feature fq · {w // 8}, where it "
+                f"starts at fq · {w} (dK and dV are right): the parts overlap over the first features and "
+                f"leave the last ones 0. The offset of part fq counts 8-feature tiles, fq · DQ_DT, where "
+                "features are due: the atomic pointer's column is fq · DQ_DT · 8 + 2t."))
 
 
 def diagnose(ctx, dtype: str):

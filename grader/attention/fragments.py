@@ -116,11 +116,12 @@ def operand_causes(ctx, visible=None):
                     f"handed to mma_16816 against the fragment layout in the lesson."))
 
 
-def rows_padded_to_16(s, visible=None):
-    """S with its rows past n_q up to a multiple of 16 (an m-tile's), as the kernel holds them: their
-    q is 0, so their scores are 0; and the causal mask over those rows (None: no mask)."""
+def rows_padded_to_16(s, visible=None, multiple: int = 16):
+    """S with its rows past n_q up to a multiple of 16 (an m-tile's; or of `multiple`), as the kernel
+    holds them: their q is 0, so their scores are 0; and the causal mask over those rows (None: no
+    mask)."""
     n_q, n_k = s.shape[-2:]
-    rows = n_q + -n_q % 16
+    rows = n_q + -n_q % multiple
     s_pad = np.concatenate([s, np.zeros(s.shape[:-2] + (rows - n_q, n_k))], axis=-2)
     vis_pad = None if visible is None else (np.arange(n_k)[None, :] <= np.arange(rows)[:, None] + n_k - n_q)
     return s_pad, vis_pad

@@ -94,6 +94,21 @@ def shifted(q, k, shift: float, rng: np.random.Generator):
     return q + a * u, k + np.sign(shift) * a * u
 
 
+def hot_key(q, k, at, p, rng: np.random.Generator):
+    """q and k with the keys at the indices `at` (one per sequence that holds key p["hot_key"]) moved
+    along a direction u that every query moves along too, so that each such key scores about
+    p["hot"] (scale 1/sqrt(d)) and the others stay spread out: the softmax is nearly one-hot there,
+    and the split that holds the key has an lse far above the others'."""
+    d = q.shape[-1]
+    u = rng.standard_normal(d).astype(np.float32)
+    u /= np.linalg.norm(u)
+    a = np.float32(np.sqrt(p["hot"] * np.sqrt(d)))
+    k = k.copy()
+    for index in at:
+        k[index] += a * u
+    return (q + a * u).astype(np.float32), k
+
+
 def valid_decode_shape(p) -> bool:
     """Shapes the decode kernels accept: d a multiple of 4 up to 128, at most 16 query heads per kv head."""
     return p["d"] % 4 == 0 and p["d"] <= 128 and p["H"] % p["Hkv"] == 0 and p["H"] // p["Hkv"] <= 16

@@ -28,18 +28,30 @@ def _group(lanes: int, offsets) -> np.ndarray:
     return np.array([[(t ^ u) in span for u in range(lanes)] for t in range(lanes)])
 
 
+def _group_max(x, row_group) -> np.ndarray:
+    """x [..., rows, lanes] with each row replaced by the max over the rows of its group (groups of
+    equal size, any rows)."""
+    order = np.argsort(row_group, kind="stable")
+    size = len(order) // len(np.unique(row_group))
+    grouped = x[..., order, :]
+    grouped = grouped.reshape(x.shape[:-2] + (len(order) // size, size, x.shape[-1])).max(axis=-2)
+    out = np.empty_like(x)
+    out[..., order, :] = np.repeat(grouped, size, axis=-2)
+    return out
+
+
 def lane_streamed(s, v, tile: int, lanes: int, key_lane, col_lane, max_offsets, sum_offsets,
                   visible=None, p_for_acc=None, guard: bool = True, lse_own_l: bool = False,
-                  max_rows: int = 1, row_end=None):
+                  row_group=None, row_end=None):
     """(o, lse) of a kernel whose lanes share each row: the tile's max reduced over `max_offsets`
     only, l over `sum_offsets` only (or, as a [lanes, lanes] boolean matrix, over the lanes it
     names for each lane). Each lane exponentiates its own keys against its own max and
     rescales its own l and its own columns of acc; acc sums the P of every lane (P goes through
     shared memory, or is the mma's operand); lane 0 writes lse. Without `guard` (02, whose rows all
     see keys) a lane that has seen no key exponentiates against m = -inf, and o = acc / l unguarded.
-    With `lse_own_l`, lse takes lane 0's own l, before its butterfly. With `max_rows`, the tile's
-    max also runs over the rows of each group of that many (a shuffle that reaches other rows'
-    lanes: rows past n_q must then be in s, as the kernel's zero-filled rows). With `row_end` [Nq],
+    With `lse_own_l`, lse takes lane 0's own l, before its butterfly. With `row_group` ([rows] ids), the
+    tile's max also runs over the rows that share an id (a shuffle that reaches other rows' lanes: rows
+    past n_q must then be in s, as the kernel's zero-filled rows). With `row_end` [Nq],
     a row's loop stops before the key tile that starts at row_end (a causal kernel's query tile
     never visits the tiles past its diagonal: a lane whose keys were all masked so far keeps
     m = -inf there, and a visited tile of masked keys would zero its columns of acc)."""
@@ -60,10 +72,8 @@ def lane_streamed(s, v, tile: int, lanes: int, key_lane, col_lane, max_offsets, 
             owner = key_lane[start:start + tile]
             own = np.stack([np.where(owner == t, st, -np.inf).max(axis=-1) for t in range(lanes)], -1)
             m_tile = np.stack([own[..., g_max[t]].max(axis=-1) for t in range(lanes)], -1)
-            if max_rows > 1:
-                rows = m_tile.shape[-2]
-                grouped = m_tile.reshape(m_tile.shape[:-2] + (rows // max_rows, max_rows, lanes)).max(axis=-2)
-                m_tile = np.repeat(grouped, max_rows, axis=-2)
+            if row_group is not None:
+                m_tile = _group_max(m_tile, row_group)
             m_new = np.maximum(m, m_tile)
             m_use = np.where(np.isfinite(m_new), m_new, 0.0) if guard else m_new
             alpha = np.exp(m - m_use)
@@ -148,12 +158,14 @@ def reduction_causes(ctx, s, v, visible=None, layout: str = "slices"):
             ends_pad = None if ends is None else np.concatenate(
                 [ends, np.full(s_pad.shape[-2] - n_q, ends[-1] if n_q else 0)])
             o_alt, lse_alt = lane_streamed(s_pad, v, tile, lanes, key_lane, col_lane, (), full, vis_pad, into,
-                                           max_rows=4, row_end=ends_pad)
+                                           row_group=np.arange(s_pad.shape[-2]) // 4, row_end=ends_pad)
             if matches(ctx, o=into(o_alt[..., :n_q, :]) if into else o_alt[..., :n_q, :], lse=lse_alt[..., :n_q]):
                 yield Cause("reduce:max_lanes:other_rows", (
                     f"the tile's row max is shuffled at offsets 4 and 8, which reach the lanes of other "
                     f"rows, not the quad's (the output matches that, with key tiles of {tile}): the 4 "
                     "lanes of a row are lanes 4g .. 4g + 3, so the offsets are 1 and 2."))
+        if layout == "slices":
+            yield from _max_other_groups_causes(ctx, s, v, visible, tile, ends, lanes, key_lane, col_lane, full)
         for guard in (True, False):
             o_alt, lse_alt = lane_streamed(s, v, tile, lanes, key_lane, col_lane, full, full, visible, into,
                                            guard, lse_own_l=True, row_end=ends)
@@ -162,6 +174,50 @@ def reduction_causes(ctx, s, v, visible=None, layout: str = "slices"):
                     "lse is computed from the writing lane's own part of l, before the sum over "
                     f"{who} (the output matches that, while o uses the whole row's l): lse = m + log(l) "
                     "with l after its butterfly."))
+
+
+def _max_other_groups_causes(ctx, s, v, visible, tile, ends, lanes, key_lane, col_lane, full):
+    """The row max's butterfly started at offset COLS (or 2 · COLS) in modules 02, 03, 07, 08: lane tx
+    of row group ty (rows TM · ty ..) also meets the lanes of group ty ^ 1 (ty ^ 2, ...), so row R's
+    max takes row R ^ TM's too. Exact in real arithmetic; in float32 a row whose scores lie far below
+    that row's underflows to l = 0. The padding rows of the last query tile join in (q = 0: scores 0)."""
+    tm = int(replays.kernel_config(getattr(ctx, "config", None), ctx.params).get("TM", 4))
+    n_q = s.shape[-2]
+    for bm in tiles(ctx, "BLOCK_M"):
+        s_pad, vis_pad = rows_padded_to_16(s, visible, multiple=bm)
+        ends_pad = None if ends is None else np.concatenate(
+            [ends, np.full(s_pad.shape[-2] - n_q, ends[-1] if n_q else 0)])
+        found = []
+        for extra in ((lanes,), (2 * lanes,), (2 * lanes, lanes)):
+            if max(extra) >= 32:
+                continue
+            flip = sum(off // lanes * tm for off in extra)          # the row bits those offsets cross
+            group = np.arange(s_pad.shape[-2]) & ~flip
+            for guard in (True, False):
+                o_alt, lse_alt = lane_streamed(s_pad, v, tile, lanes, key_lane, col_lane, full, full, vis_pad,
+                                               None, guard, row_group=group, row_end=ends_pad)
+                if matches(ctx, o=o_alt[..., :n_q, :], lse=lse_alt[..., :n_q]):
+                    found.append(extra)
+                    break
+        if not found:
+            continue
+        # On one case several such butterflies may agree (only one neighbour group's rows stand out):
+        # every one that matches is named.
+        def joined(extra):
+            """The rows R ^ x whose lanes those offsets reach."""
+            xs = sorted(set(np.bitwise_xor.reduce([off // lanes * tm for off in pick]) for r in
+                            range(1, len(extra) + 1) for pick in itertools.combinations(extra, r)))
+            return ", ".join(f"R ^ {x}" for x in xs)
+        ways = " or ".join(f"offsets {', '.join(map(str, sorted(extra + full, reverse=True)))} (rows "
+                           f"{joined(extra)} join row R)" for extra in found)
+        yield Cause("reduce:max_lanes:other_row_groups", (
+            f"the tile's row max also takes the max of rows of other groups of TM = {tm} rows: the output "
+            f"matches its __shfl_xor_sync butterfly with {ways}, in query tiles of {bm} rows and key tiles "
+            f"of {tile}. Offsets from COLS = {lanes} on reach the lanes of other rows. A max that is too "
+            "large changes nothing in exact arithmetic, but where a row's scores lie far below those rows' "
+            "(the padding rows past n_q score 0), every exp underflows and l = 0. A row's "
+            f"{lanes} lanes need offsets {', '.join(map(str, full))} only."))
+        return
 
 
 def store_layout_causes(ctx):

@@ -669,21 +669,32 @@ def head_causes(ctx, visible=None):
         for cid, heads, text in q_head_maps(H, Hkv):
             if matches(ctx, *attend(*scores(dict(ctx.inputs, q=q[:, heads])), visible)):
                 yield Cause(cid, text)
-        # k and v of slab b · H + h, the query head's index into the B · Hkv kv heads (zeros past
-        # the last: a TMA box outside the tensor reads as zeros).
+        # k and v (or one of them) of slab b · H + h or b · Hkv + h, the query head's index into the
+        # B · Hkv kv heads (zeros past the last: a TMA box outside the tensor reads as zeros).
         B = q.shape[0]
-        slabs = np.arange(B * H).reshape(B, H)
-        alt = {}
-        for x in ("k", "v"):
-            flat = np.asarray(ctx.inputs[x], np.float64).reshape((B * Hkv,) + np.shape(ctx.inputs[x])[2:])
-            flat = np.concatenate([flat, np.zeros((max(B * H - B * Hkv, 0),) + flat.shape[1:])])
-            alt[x] = flat[slabs]
-        if matches(ctx, *attend(*scores(dict(ctx.inputs, **alt)), visible)):
-            yield Cause("gqa:kv_slab_of_query_head", (
-                f"query head h of batch b reads k and v of kv slab b · H + h, the query head's index, where "
-                f"b · Hkv + h / (H / Hkv) is due (the output matches that; H = {H}, Hkv = {Hkv}, the slabs "
-                "past the last kv head read as zeros): k and v have Hkv heads per batch, one per group of "
-                "H / Hkv query heads."))
+        own = [R.kv_head_of(h, H, Hkv) for h in range(H)]
+        found = {}
+        for formula, stride in (("b · H + h", H), ("b · Hkv + h", Hkv)):
+            slabs = np.arange(B)[:, None] * stride + np.arange(H)[None, :]
+            read = {}
+            for x in ("k", "v"):
+                flat = np.asarray(ctx.inputs[x], np.float64).reshape((B * Hkv,) + np.shape(ctx.inputs[x])[2:])
+                flat = np.concatenate([flat, np.zeros((max(int(slabs.max()) + 1 - B * Hkv, 0),) + flat.shape[1:])])
+                read[x] = flat[slabs]
+            for names in (("k", "v"), ("k",), ("v",)):
+                # Both expanded to the H query heads, the one read right through its kv head.
+                alt = {x: read[x] if x in names else np.asarray(ctx.inputs[x], np.float64)[:, own] for x in ("k", "v")}
+                if matches(ctx, *attend(*scores(dict(ctx.inputs, **alt)), visible)):
+                    found.setdefault(names, []).append(formula)
+        for names, formulas in found.items():
+            which = " and ".join(names)
+            slab = " or ".join(formulas) + (" (with B = 1 they are the same)" if len(formulas) > 1 else "")
+            right = "" if len(names) == 2 else f", and {'v' if names == ('k',) else 'k'} right"
+            yield Cause(f"gqa:{''.join(names)}_slab_of_query_head", (
+                f"query head h of batch b reads {which} of kv slab {slab}, with the query head's index h, "
+                f"where b · Hkv + h / (H / Hkv) is due (the output matches that; H = {H}, Hkv = {Hkv}, the "
+                f"slabs past the last kv head read as zeros{right}): {which} {'have' if len(names) == 2 else 'has'} "
+                "Hkv heads per batch, one per group of H / Hkv query heads."))
     for names in (("q",), ("k", "v")):
         alt = dict(ctx.inputs)
         for x in names:
@@ -1307,17 +1318,27 @@ def split_causes(ctx, kv_cache_fn):
                     f"the combine weighs the splits by exp(lse_max - lse_s), the exponent's sign flipped "
                     f"(the output matches it with {split_words(chunk, lens)}): split s's weight is "
                     "exp(lse_s - lse_max) <= 1, the largest split weighing 1."))
-        if "combine:max_zero" not in named:
-            # The combine's running lse_max seeded at 0, not -INFINITY: in float32 the weights
-            # exp(lse_s - 0) underflow when every lse_s is far below 0 (or overflow far above).
-            o_alt, lse_alt = combine_max_zero(o_part, lse_part)
-            if matches(ctx, o=o_alt, lse=lse_alt):
-                named.add("combine:max_zero")
-                yield Cause("combine:max_zero", (
-                    f"the combine's running lse_max starts at 0 instead of -INFINITY (the output matches "
-                    f"that, with {split_words(chunk, lens)}): when every split's lse lies far below 0, "
-                    "exp(lse_s - 0) underflows to 0 in float32 and the sum is 0; far above 0 it "
-                    "overflows. Seed the max with -INFINITY, so that it is the largest lse_s."))
+        # The combine's max taken wrongly, the weights exp(lse_s - max) then computed in float32: seeded
+        # at 0, not -INFINITY (they underflow when every lse_s is far below 0, or overflow far above);
+        # or from one split per lane (if (lane < used) lse_max = lse_s[lane]), not a loop over s = lane,
+        # lane + 32, ..., so the splits from 32 on are left out of it.
+        with np.errstate(invalid="ignore"):
+            maxes = (("combine:max_zero", True, np.maximum(np.max(lse_part, axis=-1), 0.0), (
+                         f"the combine's running lse_max starts at 0 instead of -INFINITY (the output matches "
+                         f"that, with {split_words(chunk, lens)}): when every split's lse lies far below 0, "
+                         "exp(lse_s - 0) underflows to 0 in float32 and the sum is 0; far above 0 it "
+                         "overflows. Seed the max with -INFINITY, so that it is the largest lse_s.")),
+                     ("combine:max_first_32", bool(np.isfinite(lse_part[..., 32:]).any() or probe),
+                      np.max(lse_part[..., :32], axis=-1), (
+                         f"the combine's lse_max is the max of the first 32 splits only (the output matches "
+                         f"that, with {split_words(chunk, lens)}), as when each lane reads one split, s = lane: "
+                         "splits 32 and up never reach the max, and a split whose lse lies more than 88 above "
+                         "it overflows exp(lse_s - lse_max). Each lane loops over s = lane, lane + 32, ... < "
+                         "used before the butterfly.")))
+        for cid, applies, mx, text in maxes:
+            if applies and cid not in named and matches(ctx, *combine_max_of(o_part, lse_part, mx)):
+                named.add(cid)
+                yield Cause(cid, text)
         if "reduce:lse_max_lanes" not in named:
             # lse_max not the same on every lane: never reduced (each lane's own splits), or reduced
             # with __shfl_down_sync (lane l ends with the max of lanes l .. 31).
@@ -1725,13 +1746,12 @@ def combine_lane_max(o_part, lse_part, lanes: int = 32, shfl_down: bool = False)
     return np.where(empty[..., None], 0.0, o), np.where(empty, -np.inf, lse)
 
 
-def combine_max_zero(o_part, lse_part):
-    """The combine with its running max seeded at 0: weights exp(lse_s - max(0, lse_max)) in float32,
-    o = sum w o_s / sum w (0 / 0 is NaN), lse = max + log(sum w); a row whose splits all are empty
-    keeps o = 0, lse = -inf (the kernel's own branch for an empty context)."""
+def combine_max_of(o_part, lse_part, mx):
+    """The combine with `mx` [rows] where the splits' max is due: weights exp(lse_s - mx) in float32,
+    o = sum w o_s / sum w (0 / 0 is NaN, inf / inf too), lse = mx + log(sum w); a row whose splits all
+    are empty keeps o = 0, lse = -inf (the kernel's own branch for an empty context)."""
     o_part, lse_part = np.asarray(o_part, np.float64), np.asarray(lse_part, np.float64)
     empty = ~np.isfinite(lse_part).any(axis=-1)
-    mx = np.maximum(np.max(lse_part, axis=-1), 0.0)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         w = np.exp((lse_part - mx[..., None]).astype(np.float32)).astype(np.float64)
         total = w.sum(axis=-1)

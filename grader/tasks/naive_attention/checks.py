@@ -28,6 +28,7 @@ def diagnose(ctx):
     # the exponent, the key range, the indexing, the scale.
     s, v = replays.scores(ctx.inputs)
     yield from softmax_rows_cause(ctx, s, v)
+    yield from exp_twice_cause(ctx, s, v)
     yield from pv_keys_cause(ctx, s, v)
     yield from output_grid_cause(ctx)
     yield from replays.output_causes(ctx, s, v)
@@ -36,6 +37,21 @@ def diagnose(ctx):
     yield from replays.setup_causes(ctx)
     yield from replays.feature_causes(ctx)
     yield from weights.observation(weights.prefill_rows(ctx, s, v))
+
+
+def exp_twice_cause(ctx, s, v):
+    """The softmax pass that sums l storing e = exp(s - m) over the scores, and the normalising pass
+    then taking exp of what it reads again: P = exp(e - m) / l, lse right (it needs only m and l)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        s32 = s.astype(np.float32)              # in float32, as the kernel: exp(e - m) overflows for m < -88
+        m = s32.max(axis=-1, keepdims=True)
+        e = np.exp(s32 - m)
+        o_alt = (np.exp(e - m) / e.sum(axis=-1, keepdims=True)).astype(np.float64) @ v
+    if replays.matches(ctx, o=o_alt, lse=ctx.ref["lse"]):
+        yield Cause("softmax:exp_twice", (
+            "P has the exponential applied twice: the output matches weights exp(exp(s - m) - m) / l, with "
+            "lse right. A pass that stores exp(s - m) in place of the scores leaves the next pass reading "
+            "exponentials, not scores: that pass divides what it reads by l and takes no exp again."))
 
 
 def pv_keys_cause(ctx, s, v):

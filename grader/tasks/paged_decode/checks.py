@@ -11,7 +11,7 @@ import numpy as np
 from ...attention import references as R
 from ...attention import replays
 from ...attention.calls import split_option
-from ...attention.inputs import context_lens, decode_qkv, valid_decode_shape
+from ...attention.inputs import context_lens, decode_qkv, hot_key, valid_decode_shape
 from ...spec import F32, Case, Cause
 
 C = Case
@@ -31,6 +31,9 @@ CASES = [
     C("lse_near_120", dict(B=2, H=4, Hkv=2, d=64, lens="150/64", shift=120.0, num_splits=4)),
     # Every score far below zero: a combine (or softmax) whose max is seeded at 0 underflows to 0/0.
     C("lse_near_minus_150", dict(B=2, H=4, Hkv=2, d=64, lens="150/7", shift=-150.0, num_splits=4)),
+    # 58 splits of 7 keys, and key 395 (split 56) scoring about +150 over the rest: a combine whose max
+    # over the splits reads one split per lane (none past the warp's 32) weighs that split by exp(> 88) = inf.
+    C("late_split_dominates", dict(B=2, H=4, Hkv=2, d=64, lens="400/37", num_splits=64, hot_key=395, hot=150.0)),
     C("long_context", dict(B=1, H=8, Hkv=2, d=128, lens="509")),
     # Not 1/sqrt(d): a kernel that computes its own scale instead of using the argument fails here.
     C("custom_scale", dict(B=2, H=4, Hkv=2, d=64, lens="97/53", scale=0.3)),
@@ -54,6 +57,9 @@ def make_inputs(p, rng):
         for i in range(pages_of[b]):
             block_table[b, i] = block_table[0, i] if (b == 1 and i < shared) else next(fresh)
     q, k, v = decode_qkv(p, rng, (num_pages, ps, Hkv))
+    if p.get("hot"):
+        j = p["hot_key"]
+        q, k = hot_key(q, k, sorted({(int(block_table[b, j // ps]), j % ps) for b in range(B) if lens[b] > j}), p, rng)
     inputs = {"q": q, "k_pages": k, "v_pages": v, "block_table": block_table, "context_lens": lens,
               "scale": float(p.get("scale", 1.0 / np.sqrt(p["d"])))}
     if p.get("contiguous_copy"):                           # bench: the same data for module 04
@@ -201,6 +207,16 @@ def position_causes(ctx):
                 "physical_pos exchanges / and %: the output matches key j read from slot j / page_size "
                 "of page block_table[b][j % page_size]. The page is block_table[b · max_pages + "
                 "j / page_size], the slot j % page_size."))
+    # The slot as j & (page_size - 1), right only for a power-of-two page size.
+    if ps & (ps - 1):
+        pos = np.array([np.where(j < lens[b], bt[b, np.minimum(j // ps, max_pages - 1)] * ps + (j & (ps - 1)), 0)
+                        for b in range(B)])
+        alt = _read_at(ctx, pos)
+        if alt is not None and replays.matches(ctx, *alt):
+            yield Cause("page:slot_mask", (
+                f"key j is read from slot j & (page_size - 1) of its page (the output matches that): a mask "
+                f"is j % page_size only for a page size that is a power of two, and this case's is "
+                f"{ps}. The slot is j % page_size."))
     # The table's column from another dimension: j / max_pages where j / page_size is due (the slot right).
     at = np.arange(B)[:, None] * max_pages + np.minimum(j[None, :], lens[:, None] - 1).clip(0) // max_pages
     if max_pages != ps and at.max() < bt.size:      # read on past a row's end, as the kernel does

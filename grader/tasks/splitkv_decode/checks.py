@@ -14,7 +14,7 @@ import numpy as np
 from ...attention import references as R
 from ...attention import replays
 from ...attention.calls import split_option
-from ...attention.inputs import context_lens, decode_qkv, valid_decode_shape
+from ...attention.inputs import context_lens, decode_qkv, hot_key, valid_decode_shape
 from ...spec import F32, Case
 
 C = Case
@@ -34,6 +34,9 @@ CASES = [
     C("lse_near_120", dict(B=2, H=4, Hkv=2, d=64, lens="150/64", shift=120.0, num_splits=4)),
     # Every score far below zero: a combine (or softmax) whose max is seeded at 0 underflows to 0/0.
     C("lse_near_minus_150", dict(B=2, H=4, Hkv=2, d=64, lens="150/7", shift=-150.0, num_splits=4)),
+    # 58 splits of 7 keys, and key 395 (split 56) scoring about +150 over the rest: a combine whose max
+    # over the splits reads one split per lane (none past the warp's 32) weighs that split by exp(> 88) = inf.
+    C("late_split_dominates", dict(B=2, H=4, Hkv=2, d=64, lens="400/37", num_splits=64, hot_key=395, hot=150.0)),
     C("long_context", dict(B=1, H=8, Hkv=2, d=128, lens="509")),
     # Not 1/sqrt(d): a kernel that computes its own scale instead of using the argument fails here.
     C("custom_scale", dict(B=2, H=4, Hkv=2, d=64, lens="97/53", scale=0.3)),
@@ -48,6 +51,9 @@ def make_inputs(p, rng):
     lens = context_lens(p)
     max_len = p.get("max_len") or max(int(lens.max()), 1)   # the cache's capacity
     q, k, v = decode_qkv(p, rng, (B, Hkv, max_len))
+    if p.get("hot"):
+        j = p["hot_key"]
+        q, k = hot_key(q, k, [(b, slice(None), j) for b in range(B) if lens[b] > j], p, rng)
     return {"q": q, "k_cache": k, "v_cache": v, "context_lens": lens, "scale": float(p.get("scale", 1.0 / np.sqrt(p["d"])))}
 
 
