@@ -17,7 +17,7 @@ from ..spec import Cause
 from . import lowp
 from .fragments import rows_padded_to_16
 from . import replays
-from .replays import matches, row_ends, tiles
+from .replays import matches, rel, row_ends, tiles
 
 
 def _group(lanes: int, offsets) -> np.ndarray:
@@ -196,6 +196,12 @@ def _max_other_groups_causes(ctx, s, v, visible, tile, ends, lanes, key_lane, co
             for guard in (True, False):
                 o_alt, lse_alt = lane_streamed(s_pad, v, tile, lanes, key_lane, col_lane, full, full, vis_pad,
                                                None, guard, row_group=group, row_end=ends_pad)
+                # Only where the other rows' max changes the output: else the replay is the kernel
+                # with that guard alone (an unguarded 0 / 0 is another bug's).
+                o_own, _ = lane_streamed(s_pad, v, tile, lanes, key_lane, col_lane, full, full, vis_pad,
+                                         None, guard, row_end=ends_pad)
+                if rel(o_alt[..., :n_q, :], o_own[..., :n_q, :]) < 1e-6:
+                    continue
                 if matches(ctx, o=o_alt[..., :n_q, :], lse=lse_alt[..., :n_q]):
                     found.append(extra)
                     break

@@ -992,15 +992,18 @@ def mask_causes(ctx, s, v):
                     f"the loop over key tiles stops too early (the output matches a loop bounded by the "
                     f"first row of each query tile{f' of {bm}' if bm < n_q else ''}). The last row of "
                     "the query tile sees the most keys: kv_end = min(Nk, last_row + (Nk - Nq) + 1)."))
-            # kv_end with the offset's sign flipped, q_last - offset + 1 (the per-element test right).
-            if offset:
-                lim = np.minimum(i + offset + 1, tile_limits(n_q, n_k, bm, bn, lambda first, last: last - 2 * offset))
+            # kv_end with the offset's sign flipped, q_last - offset + 1, or without the offset, q_last + 1
+            # (the per-element test right): tile_limits adds offset + 1 to what each returns.
+            for cid, last_key, ends in (("key_tiles_end:offset_sign", -2 * offset, "min(Nk, q_last - offset + 1), the offset's sign flipped"),
+                                        ("key_tiles_end:no_offset", -offset, "min(Nk, q_last + 1), without the offset")):
+                if not offset or (cid == "key_tiles_end:no_offset" and offset < 0):
+                    continue
+                lim = np.minimum(i + offset + 1, tile_limits(n_q, n_k, bm, bn, lambda first, last, x=last_key: last + x))
                 if matches(ctx, *attend(s, v, visible_where(n_q, n_k, np.maximum(lim, 0)))):
-                    yield Cause("key_tiles_end:offset_sign", (
-                        f"the loop over key tiles ends at kv_end = min(Nk, q_last - offset + 1), the offset's "
-                        f"sign flipped (the output matches it, with tiles of {bm} queries × {bn} keys): the "
-                        "last row of the tile sees keys up to q_last + offset, offset = Nk - Nq, so "
-                        "kv_end = min(Nk, q_last + offset + 1)."))
+                    yield Cause(cid, (
+                        f"the loop over key tiles ends at kv_end = {ends} (the output matches it, with tiles "
+                        f"of {bm} queries × {bn} keys): the last row of the tile sees keys up to q_last + "
+                        "offset, offset = Nk - Nq, so kv_end = min(Nk, q_last + offset + 1)."))
             # kv_end from the last row of the query tile at the other end of the grid: q_last
             # counted forward from blockIdx.x while q_start counts the tiles backwards.
             n_tiles = -(-n_q // bm)
@@ -1241,6 +1244,25 @@ def decode_diagnose(ctx, kv_cache_fn):
                 f"query head h holds the answer of head (h % Hkv) · {group} + h / Hkv (the output matches that; "
                 f"H = {H}, Hkv = {Hkv}): the partial kernel writes head kv · GROUP + g to workspace row kv + g · "
                 "Hkv, the heads interleaved. Its row is b · H + kv · GROUP + g, where the combine reads it."))
+
+    # The workspace row of head kv · G + g written at kv + g (the group's offset without its factor G):
+    # the groups' rows overlap, row h holding whichever head (kv, g) with kv + g = h wrote last, and
+    # the rows from Hkv + G - 1 on are never written (the combine copies their poison).
+    if group > 1 and live.any():
+        writers = [[kv * group + g for kv in range(Hkv) for g in range(group) if kv + g == h] for h in range(H)]
+        never = np.array([not w for w in writers])[None, :] & live[:, None]                  # [B, H]
+        o_got, lse_got = np.asarray(ctx.out["o"], np.float64), np.asarray(ctx.out["lse"], np.float64)
+        def held(b, h):
+            """Row (b, h) holds the answer of one of its writers."""
+            return any(rel(o_got[b, h], ctx.ref["o"][b, w]) < MATCH and rel(lse_got[b, h], ctx.ref["lse"][b, w]) < MATCH
+                       for w in writers[h])
+        if never.any() and np.array_equal(unwritten_mask(ctx, "lse"), never) and \
+                all(held(b, h) for b in np.flatnonzero(live) for h in range(H) if writers[h]):
+            yield Cause("store:workspace_row_kv_plus_g", (
+                f"query heads from {Hkv + group - 1} on hold the grader's NaN, and each other head h holds the "
+                f"answer of a head kv · {group} + g with kv + g = h (the output matches that; H = {H}, Hkv = "
+                f"{Hkv}): the partial kernel writes head kv · GROUP + g to workspace row b · H + kv + g, so the "
+                "groups' rows overlap and the last rows are never written. Its row is b · H + kv · GROUP + g."))
 
     # The workspace rows of the group's heads g > 0 never written (a store for g == 0 only): their o
     # and lse copy the poison through the combine; the first head of each group is right.
