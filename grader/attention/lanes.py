@@ -181,6 +181,12 @@ def _max_other_groups_causes(ctx, s, v, visible, tile, ends, lanes, key_lane, co
     of row group ty (rows TM · ty ..) also meets the lanes of group ty ^ 1 (ty ^ 2, ...), so row R's
     max takes row R ^ TM's too. Exact in real arithmetic; in float32 a row whose scores lie far below
     that row's underflows to l = 0. The padding rows of the last query tile join in (q = 0: scores 0)."""
+    # It shows only as rows whose l underflowed to 0: o NaN (0 / 0) or 0 (guarded) on a whole row.
+    o_got = np.asarray(ctx.out["o"], np.float64)
+    with np.errstate(invalid="ignore"):
+        lost = (~np.isfinite(o_got)).all(axis=-1) | ((o_got == 0).all(axis=-1) & (ctx.ref["o"] != 0).any(axis=-1))
+    if not lost.any():
+        return
     tm = int(replays.kernel_config(getattr(ctx, "config", None), ctx.params).get("TM", 4))
     n_q = s.shape[-2]
     for bm in tiles(ctx, "BLOCK_M"):
@@ -196,13 +202,13 @@ def _max_other_groups_causes(ctx, s, v, visible, tile, ends, lanes, key_lane, co
             for guard in (True, False):
                 o_alt, lse_alt = lane_streamed(s_pad, v, tile, lanes, key_lane, col_lane, full, full, vis_pad,
                                                None, guard, row_group=group, row_end=ends_pad)
+                if not matches(ctx, o=o_alt[..., :n_q, :], lse=lse_alt[..., :n_q]):
+                    continue
                 # Only where the other rows' max changes the output: else the replay is the kernel
                 # with that guard alone (an unguarded 0 / 0 is another bug's).
                 o_own, _ = lane_streamed(s_pad, v, tile, lanes, key_lane, col_lane, full, full, vis_pad,
                                          None, guard, row_end=ends_pad)
-                if rel(o_alt[..., :n_q, :], o_own[..., :n_q, :]) < 1e-6:
-                    continue
-                if matches(ctx, o=o_alt[..., :n_q, :], lse=lse_alt[..., :n_q]):
+                if rel(o_alt[..., :n_q, :], o_own[..., :n_q, :]) >= 1e-6:
                     found.append(extra)
                     break
         if not found:
