@@ -116,10 +116,10 @@ def operand_causes(ctx, visible=None):
                     f"handed to mma_16816 against the fragment layout in the lesson."))
 
 
-def rows_padded_to_16(s, visible=None, multiple: int = 16):
-    """S with its rows past n_q up to a multiple of 16 (an m-tile's; or of `multiple`), as the kernel
-    holds them: their q is 0, so their scores are 0; and the causal mask over those rows (None: no
-    mask)."""
+def rows_padded(s, visible=None, multiple: int = 16):
+    """S with its rows past n_q up to a multiple of `multiple` (16, an m-tile's; or a query tile's), as
+    the kernel holds them: their q is 0, so their scores are 0; and the causal mask over those rows
+    (None: no mask)."""
     n_q, n_k = s.shape[-2:]
     rows = n_q + -n_q % multiple
     s_pad = np.concatenate([s, np.zeros(s.shape[:-2] + (rows - n_q, n_k))], axis=-2)
@@ -135,7 +135,7 @@ def streaming_causes(ctx, s, v, visible=None):
     d = v.shape[-1]
     # P's pieces mix rows, the padding rows past n_q too: their q is 0, so their scores are 0.
     n_q, n_k = s.shape[-2:]
-    s_pad, vis_pad = rows_padded_to_16(s, visible)
+    s_pad, vis_pad = rows_padded(s, visible)
     for tile in tiles(ctx, "BLOCK_N"):
         for bug, rearrange, what in P_BUGS:
             o_alt, lse_alt = streamed(s_pad, v, tile, visible=vis_pad, p_for_acc=lambda p: rearrange(into_mma(p)))

@@ -87,11 +87,16 @@ def shifted(q, k, shift: float, rng: np.random.Generator):
     exp(lse) overflow float32 (past 88); a large negative one puts every score of a row far below
     zero (exp(s) underflows to 0 past -103), which a max seeded at 0 instead of -INFINITY turns
     into 0/0."""
-    d = q.shape[-1]
+    u = _shared_direction(q.shape[-1], shift, rng)
+    return q + u, k + np.sign(shift) * u
+
+
+def _shared_direction(d: int, score: float, rng: np.random.Generator) -> np.ndarray:
+    """a · u, u a random unit vector and a such that a query and a key both moved by it score about
+    |score| more with scale 1/sqrt(d): scale · a² = |score|."""
     u = rng.standard_normal(d)
     u /= np.linalg.norm(u)
-    a = np.sqrt(abs(shift) * np.sqrt(d))                 # scale · a² = |shift| with scale = 1/sqrt(d)
-    return q + a * u, k + np.sign(shift) * a * u
+    return np.sqrt(abs(score) * np.sqrt(d)) * u
 
 
 def hot_key(q, k, at, p, rng: np.random.Generator):
@@ -99,14 +104,11 @@ def hot_key(q, k, at, p, rng: np.random.Generator):
     along a direction u that every query moves along too, so that each such key scores about
     p["hot"] (scale 1/sqrt(d)) and the others stay spread out: the softmax is nearly one-hot there,
     and the split that holds the key has an lse far above the others'."""
-    d = q.shape[-1]
-    u = rng.standard_normal(d).astype(np.float32)
-    u /= np.linalg.norm(u)
-    a = np.float32(np.sqrt(p["hot"] * np.sqrt(d)))
+    u = _shared_direction(q.shape[-1], p["hot"], rng).astype(np.float32)
     k = k.copy()
     for index in at:
-        k[index] += a * u
-    return (q + a * u).astype(np.float32), k
+        k[index] += u
+    return (q + u).astype(np.float32), k
 
 
 def valid_decode_shape(p) -> bool:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..spec import Cause
 from . import lowp
-from .fragments import rows_padded_to_16
+from .fragments import rows_padded
 from . import replays
 from .replays import matches, rel, row_ends, tiles
 
@@ -154,7 +154,7 @@ def reduction_causes(ctx, s, v, visible=None, layout: str = "slices"):
             # The max's shuffles at offsets 4 and 8 (not 1 and 2): lane t meets the same column pair
             # of the 4 rows g & ~3 .. (g & ~3) + 3, never its quad. Padding rows (q = 0) join in, in
             # the last query tile (they stop where its rows do).
-            s_pad, vis_pad = rows_padded_to_16(s, visible)
+            s_pad, vis_pad = rows_padded(s, visible)
             ends_pad = None if ends is None else np.concatenate(
                 [ends, np.full(s_pad.shape[-2] - n_q, ends[-1] if n_q else 0)])
             o_alt, lse_alt = lane_streamed(s_pad, v, tile, lanes, key_lane, col_lane, (), full, vis_pad, into,
@@ -190,7 +190,7 @@ def _max_other_groups_causes(ctx, s, v, visible, tile, ends, lanes, key_lane, co
     tm = int(replays.kernel_config(getattr(ctx, "config", None), ctx.params).get("TM", 4))
     n_q = s.shape[-2]
     for bm in tiles(ctx, "BLOCK_M"):
-        s_pad, vis_pad = rows_padded_to_16(s, visible, multiple=bm)
+        s_pad, vis_pad = rows_padded(s, visible, multiple=bm)
         ends_pad = None if ends is None else np.concatenate(
             [ends, np.full(s_pad.shape[-2] - n_q, ends[-1] if n_q else 0)])
         found = []
@@ -264,8 +264,7 @@ def shared_p_causes(ctx, s, v):
     for bm in tiles(ctx, "BLOCK_M"):
         if bm % 32:
             continue
-        rows = n_q + -n_q % bm                # the last query tile's rows past n_q: q is 0, so s is 0
-        s_pad = np.concatenate([s, np.zeros(s.shape[:-2] + (rows - n_q, n_k))], axis=-2)
+        s_pad, _ = rows_padded(s, multiple=bm)    # the last query tile's rows past n_q: q is 0, so s is 0
 
         def crossed(p, bm=bm):
             """Each key's P read at another chunk than it was stored: rows 4·(ty ^ x_j) for rows 4·ty."""
