@@ -79,6 +79,7 @@ class CheckRun:
         shape = parse_shape(opt("grader_shape")) if opt("grader_shape") else None
         self.cases = select_cases(self.ex, opt("grader_cases"), shape)
         self.shrink = not opt("grader_no_shrink")
+        self.trace = self.shrink and self.backend == "cpu"   # the first divergence: with exploring, on the emulator
         self.plot_dir = opt("grader_plot_dir")
         self.events = open(opt("grader_events"), "a", buffering=1) if opt("grader_events") else None
         self.failures_seen = 0
@@ -106,11 +107,11 @@ class CheckRun:
 
             def compile(*args, **kw):
                 self.emit(sync=False, event="compiling")
-                t0 = time.monotonic()
+                t0 = time.process_time()
                 try:
                     return compile_(*args, **kw)
                 finally:
-                    self.compile_seconds += time.monotonic() - t0
+                    self.compile_seconds += time.process_time() - t0
                     self.emit(sync=False, event="compiled")
             rt.compile = compile
             self._rt = rt
@@ -188,10 +189,38 @@ class CheckRun:
             from .engine.verdict import refute
             for r in refute(self.results):
                 self.emit(event="refuted", case=r.name, ids=r.refuted)
+            self._trace_divergence(rt)
         resources = getattr(rt, "resources", None)
         if resources:
             self.emit(event="resources", resources={k: dict(v) for k, v in resources.items()})
         return result
+
+    def _trace_divergence(self, rt) -> None:
+        """When no replay reproduced the first failing case, trace it (shrunk, where a smaller shape
+        was found) and the finished version on the emulator, and send where they first part
+        (engine/diverge.py) to the parent, which adds it when the check states no cause."""
+        first = next((r for r in self.results if not r.passed and r.kind != "not_run"), None)
+        if first is None or first.kind != "checked" or first.candidates or not self.trace:
+            return
+        from .runtimes.cpu.build import find_compiler
+        if find_compiler() is None:
+            return
+        from .engine.diverge import first_divergence
+        from .spec import Case
+        shrunk = first.shrunk if isinstance(first.shrunk, dict) and first.shrunk.get("kind") == "checked" else None
+        case = Case("custom", shrunk["params"]) if shrunk else Case(first.name, first.params)
+        self.emit(event="explore", case=first.name)      # its compiles and runs have their own budget
+        try:
+            text = first_divergence(self.ex, self.function(), case, self.seed)
+        except KeyboardInterrupt:
+            return
+        except Exception as e:        # the verdict stands; the trace failed, loudly
+            import traceback
+            text = ("(the grader failed while tracing the first divergence — a bug in the grader, please "
+                    f"report it: {''.join(traceback.format_exception_only(e)).strip()})")
+        if text:
+            self.emit(event="divergence", case=first.name, text=text,
+                      shape=shrunk.get("shape") if shrunk else None)
 
     def _run_case(self, case, fn, rt) -> CaseResult:
         keep: dict = {}
@@ -237,7 +266,7 @@ class CheckRun:
             import time
             from .engine.runner import format_shape, shrink
             found = shrink(self.ex, case.params, fn, rt, self.seed, self.path,
-                           clock=lambda: time.monotonic() - self.compile_seconds)
+                           clock=lambda: time.process_time() - self.compile_seconds)
             if found:
                 params, r = found
                 result.shrunk = {"params": params, "message": r.message, "shape": format_shape(params),

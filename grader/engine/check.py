@@ -21,14 +21,20 @@ from ..errors import GraderError
 from .runner import CaseResult, select_cases
 from .verdict import settle
 
-# Seconds a case may run, compiling excluded (the child reports when it compiles). The slowest case of
-# any solution takes about 1 s on the CPU emulator (with its race-check reruns) and milliseconds on a
-# GPU; the limits leave room for a correct kernel many times slower than the solution, on a busy
-# machine, and still report a hang within seconds. `grader check --timeout S` raises them.
+# Seconds of CPU time a case may use, compiling excluded (the child reports when it compiles). Time is
+# the child's own CPU time, never the wall clock: a kernel gets the same verdict alone and on a
+# machine running two checks per core (a class's `grader grade`, an autograder, a laptop with a
+# browser open). The slowest case of any solution takes about 1 s on the CPU emulator (with its
+# race-check reruns) and milliseconds on a GPU; the limits leave room for a correct kernel many times
+# slower than the solution, and still report a hang within seconds. `grader check --timeout S` raises
+# them.
 DEFAULT_CASE_TIMEOUT = {"gpu": 10.0, "cpu": 15.0}
-STARTUP_TIMEOUT = 120.0   # importing CuPy and creating the runtime can be slow
-COMPILE_TIMEOUT = 300.0   # one compile (NVRTC, then the host compiler on the CPU)
-SHRINK_ALLOWANCE = 15.0   # looking for a smaller failing shape (runner.shrink's budget) after a failure
+STARTUP_TIMEOUT = 120.0   # importing CuPy and creating the runtime can be slow (wall clock)
+COMPILE_TIMEOUT = 300.0   # one compile (NVRTC, then the host compiler on the CPU; wall clock)
+SHRINK_ALLOWANCE = 30.0   # looking for a smaller failing shape (runner.shrink's budget) after a failure
+# A child that uses no CPU (blocked, or a GPU kernel waited on without spinning) is still stopped once
+# the wall clock passes this many times its CPU limit: far beyond what a loaded machine slows a case.
+WALL_FACTOR = 8.0
 # After the limit, the child is sent SIGINT: the emulator stops the threads and names their line (and
 # a hang in Python code raises KeyboardInterrupt there). This long is allowed for that report, then
 # the child is killed.
@@ -39,15 +45,39 @@ TIMEOUT_ADVICE = ("Look for a loop that never ends (a bound that never grows, a 
                   "is only slow, allow it more time: --timeout SECONDS.")
 
 
-def timeout_message(limit: float, where: str = "") -> str:
+def timeout_message(limit: float, where: str = "", cpu: bool = True) -> str:
     """The verdict of a case stopped by its time limit; `where` is the child's report of the line
-    that was running, if it gave one."""
+    that was running, if it gave one; `cpu`: the limit was counted in CPU time."""
+    within = (f"within {limit:g} s of CPU time (compiling excluded), many times what a correct kernel "
+              "needs" if cpu else f"within {limit:g} s (compiling excluded)")
     if where:
         where = where.rstrip(".")
-        head = f"the case did not finish within {limit:g} s. {where[:1].upper()}{where[1:]}."
+        head = f"the case did not finish {within}. {where[:1].upper()}{where[1:]}."
     else:
-        head = f"the case did not finish within {limit:g} s and was stopped."
+        head = f"the case did not finish {within}, and was stopped."
     return f"{head}\n{TIMEOUT_ADVICE}"
+
+
+def cpu_clock(pid: int):
+    """A clock reading the CPU time (user + system, seconds) process `pid` has used, or None where
+    /proc does not tell it (then the limits fall back to the wall clock)."""
+    path = f"/proc/{pid}/stat"
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    last = [0.0]
+
+    def clock() -> float:
+        try:
+            with open(path) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            last[0] = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass                     # the child exited: its last reading stands
+        return last[0]
+    try:
+        open(path).close()
+    except OSError:
+        return None
+    return clock
 
 
 def new_seed() -> int:
@@ -116,10 +146,14 @@ class _EventReader:
 
 
 class _Watch:
-    """The parent's view of a running check: which case runs, until when, and the verdicts so far."""
+    """The parent's view of a running check: which case runs, until when, and the verdicts so far.
 
-    def __init__(self, case_timeout: float, params: dict, on_result, clock=time.monotonic):
-        self.clock = clock
+    A case's limit is counted in the child's CPU time when `cpu` reads it (cpu_clock), with the wall
+    clock as a backstop WALL_FACTOR times longer; otherwise in wall-clock time. Startup and compiling
+    are limited by the wall clock."""
+
+    def __init__(self, case_timeout: float, params: dict, on_result, clock=time.monotonic, cpu=None):
+        self.clock, self.cpu = clock, cpu
         self.case_timeout = case_timeout
         self.params = params                     # case name -> its parameters, for the verdicts
         self.on_result = on_result
@@ -128,34 +162,50 @@ class _Watch:
         self.fatal: str | None = None
         self.running: str | None = None
         self.compiling = False
-        self.deadline = clock() + STARTUP_TIMEOUT
+        self.deadline = clock() + STARTUP_TIMEOUT  # wall clock
+        self.cpu_deadline: float | None = None     # the running case's, in the child's CPU time
         self._left = 0.0                          # the case's time left when a compile began
         self.interrupted = False                  # SIGINT sent: a timeout verdict gets its message here
+        self.divergence: dict | None = None       # the child's trace of the first failing case
+
+    def _limit(self, now: float, seconds: float) -> None:
+        if self.cpu is None:
+            self.deadline, self.cpu_deadline = now + seconds, None
+        else:
+            self.deadline, self.cpu_deadline = now + WALL_FACTOR * seconds, self.cpu() + seconds
+
+    def expired(self) -> bool:
+        if self.clock() > self.deadline:
+            return True
+        return self.cpu_deadline is not None and self.cpu() > self.cpu_deadline
 
     def handle(self, ev: dict) -> None:
         now = self.clock()
         kind = ev["event"]
         if kind == "start":
             self.running, self.compiling = ev["case"], False
-            self.deadline = now + self.case_timeout
+            self._limit(now, self.case_timeout)
         elif kind == "compiling" and not self.compiling:
-            self.compiling, self._left = True, max(self.deadline - now, 0.0)
-            self.deadline = now + COMPILE_TIMEOUT
+            left = self.deadline - now if self.cpu_deadline is None else self.cpu_deadline - self.cpu()
+            self.compiling, self._left = True, max(left, 0.0)
+            self.deadline, self.cpu_deadline = now + COMPILE_TIMEOUT, None
         elif kind == "compiled" and self.compiling:
             self.compiling = False
-            self.deadline = now + self._left       # compiling does not count against the case
+            self._limit(now, self._left)           # compiling does not count against the case
         elif kind == "explore":
-            self.deadline = now + SHRINK_ALLOWANCE + self.case_timeout
+            self._limit(now, SHRINK_ALLOWANCE + self.case_timeout)
         elif kind == "result":
             r = CaseResult(**ev["result"])
             if self.interrupted and r.kind == "timeout":
-                r.message = timeout_message(self.case_timeout, r.message)
+                r.message = timeout_message(self.case_timeout, r.message, self.cpu is not None)
             self.record(r)
             self.running, self.compiling = None, False
-            self.deadline = now + STARTUP_TIMEOUT
+            self.deadline, self.cpu_deadline = now + STARTUP_TIMEOUT, None
         elif kind == "refuted":
             if ev["case"] in self.results:
                 self.results[ev["case"]].refuted = ev["ids"]
+        elif kind == "divergence":
+            self.divergence = ev
         elif kind == "resources":
             self.resources.update(ev["resources"])
         elif kind == "fatal":
@@ -198,7 +248,7 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
     """
     all_cases = select_cases(ex, cases, shape)       # a bad --case is a usage error, before any child
     case_timeout = case_timeout or DEFAULT_CASE_TIMEOUT.get(backend, 15.0)
-    watch = _Watch(case_timeout, {c.name: dict(c.params) for c in all_cases}, on_result)
+    params = {c.name: dict(c.params) for c in all_cases}
     not_run = "not run"
     with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
         events = Path(tmp) / "events.jsonl"
@@ -209,6 +259,8 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
         proc = subprocess.Popen(child_command(plugin + ["--events", str(events)], Path(tmp)),
                                 stdout=log, stderr=subprocess.STDOUT, env=child_env(),
                                 start_new_session=True)
+        watch = _Watch(case_timeout, params, on_result,
+                       cpu=cpu_clock(proc.pid) if backend == "cpu" else None)
         try:
             while True:
                 exited = proc.poll() is not None
@@ -216,7 +268,7 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
                     watch.handle(ev)
                 if exited:
                     break
-                if time.monotonic() > watch.deadline:
+                if watch.expired():
                     running = watch.running
                     if running and watch.compiling:
                         _kill(proc)
@@ -229,7 +281,7 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
                         _kill(proc)
                         if running not in watch.results:
                             watch.record(CaseResult(running, False, kind="timeout",
-                                                    message=timeout_message(case_timeout)))
+                                                    message=timeout_message(case_timeout, cpu=watch.cpu is not None)))
                         not_run = "not run: an earlier case did not finish in time"
                     else:
                         _kill(proc)
@@ -262,6 +314,7 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
             r.params = dict(c.params)
         ordered.append(r)
     settle(ordered)          # the cause a check states: reproduced on every failing case (verdict.py)
+    add_divergence(ordered, watch.divergence)
     crashed = next((r for r in ordered if r.kind == "crash"), None)
     if crashed is not None and backend == "gpu":
         crashed.message += cpu_replay(ex, path, seed, crashed, shape)
@@ -278,6 +331,19 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
         "cases": [r.to_json() for r in ordered],
         "resources": watch.resources,
     }
+
+
+def add_divergence(ordered: list[CaseResult], ev: dict | None) -> None:
+    """The child's first divergence (engine/diverge.py), an observation of the first failing case,
+    where the check states no cause."""
+    first = next((r for r in ordered if not r.passed and r.kind != "not_run"), None)
+    if ev is None or first is None or first.name != ev["case"] or first.cause:
+        return
+    where = f" (on the smallest failing shape, {ev['shape']})" if ev.get("shape") else ""
+    text = ev["text"]
+    first.observations = list(first.observations or []) + [text]
+    first.divergence = text
+    first.message = first.message.rstrip("\n") + f"\nobserved{where}: {text}"
 
 
 def cpu_replay(ex: Exercise, path: Path, seed: int, crashed: CaseResult, shape: dict | None) -> str:

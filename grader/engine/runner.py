@@ -43,6 +43,7 @@ class CaseResult:
     # A passing case: the ids of the replays that predict a wrong answer here, where the kernel was
     # right (verdict.refute fills it in when some failing case has candidates; None: not asked).
     refuted: list | None = None
+    divergence: str | None = None   # the first failing case: where it parts from the finished version (diverge.py)
     contradicted: object = field(default=None, repr=False, compare=False)   # computes `refuted`
 
     def to_json(self) -> dict:
@@ -64,9 +65,9 @@ def _replays_wrong_where_right(task, ctx, budget_s: float) -> set[str]:
     and with "right", where it matches when it agrees; an id seen agreeing is not refuted."""
     if not hasattr(task, "diagnose"):
         return set()
-    t0 = time.monotonic()
+    t0 = time.process_time()
     wrong, _, _ = verdict.search(task.diagnose(dataclasses.replace(ctx, probe="wrong")), budget_s / 2)
-    left = budget_s - (time.monotonic() - t0)
+    left = budget_s - (time.process_time() - t0)
     right, _, complete = verdict.search(task.diagnose(dataclasses.replace(ctx, probe="right")), max(left, 0.0))
     if not complete:                  # an id not reached agreeing might have agreed: refute none of them
         return set()
@@ -406,17 +407,17 @@ def trim_lens(params: dict) -> dict:
     return out
 
 
-def shrink(ex: Exercise, params: dict, fn, rt, seed: int, path: Path, max_tries=30, budget_s=15.0,
+def shrink(ex: Exercise, params: dict, fn, rt, seed: int, path: Path, max_tries=30, budget_s=30.0,
            clock=None):
     """Greedy: keep taking the first smaller shape that still fails, until none does.
 
     Returns (params, result) of the smallest failing shape, or None when nothing smaller fails.
     The shrunk case is named "custom", like a case given with --shape, so the replay is exact.
-    `clock` measures the budget; the plugin's leaves out the time spent compiling (a cold kernel
-    cache on a busy machine must not eat the search).
+    `clock` measures the budget, in CPU time (a loaded machine gets the same shape); the plugin's
+    leaves out the time spent compiling (a cold kernel cache must not eat the search).
     """
     import time
-    clock = clock or time.monotonic
+    clock = clock or time.process_time
     task = load_task(ex)
     best, best_result = None, None
     current = dict(params)

@@ -220,6 +220,10 @@ class CpuRuntime(Runtime):
         # every load and store instrumented, and each launch's counts land in counter_log.
         self.counting = False
         self.counter_log: list = []
+        # Trace which elements of each array argument every block reads and writes (trace.py: the
+        # first divergence from the finished version); needs `counting`, whose build logs accesses.
+        self.tracing = False
+        self.trace_log: list = []
         self.use_nvrtc = _nvrtc.available() if use_nvrtc is None else bool(use_nvrtc)
         self.device_name = "CPU emulator (1 host thread)"
         self._pool = GuardedPool()
@@ -339,12 +343,17 @@ class CpuRuntime(Runtime):
             copy_in()
             if self.counting:
                 lib.cudaemu_counters_begin()
+            if self.tracing:
+                lib.cudaemu_trace_begin()
             try:
                 run(None, 0, "")
             finally:
                 _flush_printf(lib)
                 if self.counting:
                     lib.cudaemu_counters_end()
+                if self.tracing:
+                    from .trace import take
+                    self.trace_log.append(take(kernel, lib, args, arg_slot, grid, block))
             if self.counting:
                 from .counters import collect
                 self.counter_log.append(collect(kernel, lib, args, arg_slot, grid, block, shared_mem))

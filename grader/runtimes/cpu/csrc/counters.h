@@ -42,6 +42,8 @@ struct CounterRow {   // one instruction (cudaemu_counters_rows), read by cpu/co
 };
 
 static int counting;
+static int tracing;    // trace.h
+static void trace_global(int row, int arg, uintptr_t addr, unsigned size, int write);
 static CountedAccess* acc_log;
 static size_t acc_n, acc_cap;
 static int acc_overflow;
@@ -115,6 +117,7 @@ static void count_access(uintptr_t pc, const void* p, unsigned size, int write) 
     for (int i = 0; i < n_array_args && i < 64; ++i)
       if ((uintptr_t)c >= array_args[i].lo && (uintptr_t)c + size <= array_args[i].hi) { arg = i; break; }
     if (arg == -2) return;   // a local variable, or the emulator's own memory
+    if (tracing) trace_global(row_of(pc), arg, (uintptr_t)c, size, write);
   }
   int t = cur->linear;
   if (t >= occ_threads) return;

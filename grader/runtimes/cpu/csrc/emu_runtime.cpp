@@ -44,6 +44,8 @@
 static void counters_barrier();
 static void counters_block_start(int nthreads);
 static void counters_block_end(int nthreads);
+// Tracing (trace.h, included at the end): the runtime's own copies from global memory.
+static void trace_copy(const void* src, unsigned size, int line);
 
 struct uint3 { unsigned int x, y, z; };
 struct dim3 { unsigned int x, y, z; };
@@ -983,6 +985,7 @@ extern "C" HIDDEN void __cudaemu_cp_async(uint64_t dst, const void* src, int siz
   AsyncCopy c;
   memset(&c, 0, sizeof c);
   if (src_size > 0) memcpy(c.data, src, (size_t)src_size);  // a bad source faults here
+  if (src_size > 0) trace_copy(src, (unsigned)src_size, line);
   c.dst = d;
   c.file = file;
   c.line = line;
@@ -1343,3 +1346,4 @@ EXPORT uint64_t cudaemu_float_atomics() { return __cudaemu_float_atomics; }
 EXPORT uint64_t cudaemu_fault_record_size() { return sizeof(FaultRecord); }
 
 #include "counters.h"
+#include "trace.h"

@@ -1,0 +1,201 @@
+"""The first divergence: where a kernel's blocks read or write other elements than the finished
+version's blocks do, traced on the emulator.
+
+A runtime with ``counting`` and ``tracing`` on logs every load and store of an array argument (and
+every cp.async from one) with its block, thread and instruction (csrc/trace.h); ``take`` turns one
+launch's log into a ``LaunchTrace``. ``first_divergence`` compares two runs of the same case, launch
+by launch and block by block, and says where they first part: an observation with the line of the
+submission's first access that the finished version does not make, never a cause.
+"""
+from __future__ import annotations
+
+import ctypes
+import linecache
+from dataclasses import dataclass
+
+import numpy as np
+
+from .counters import _addr2line
+
+_LINE = 0x80000000
+_REC = np.dtype([("off", "<u8"), ("block", "<u4"), ("where", "<u4"), ("size", "<u2"), ("arg", "i1"),
+                 ("write", "u1"), ("thread", "<u2"), ("pad", "<u2")])
+
+
+@dataclass
+class LaunchTrace:
+    kernel: str
+    grid: tuple
+    block: tuple
+    arrays: list            # per array slot: (parameter name, shape, itemsize)
+    records: np.ndarray     # _REC
+    lines: dict             # where -> "file:line"
+    cut: bool
+
+
+def take(kernel, lib, args, arg_slot, grid, block) -> LaunchTrace:
+    """The trace of the launch that just ran (called by CpuRuntime._launch)."""
+    lib.cudaemu_trace_end()
+    lib.cudaemu_trace_count.restype = ctypes.c_uint64
+    lib.cudaemu_trace_record_size.restype = ctypes.c_uint64
+    lib.cudaemu_trace_take.restype = ctypes.c_uint64
+    lib.cudaemu_trace_take.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+    lib.cudaemu_trace_row_pc.restype = ctypes.c_uint64
+    lib.cudaemu_trace_row_pc.argtypes = [ctypes.c_int]
+    if lib.cudaemu_trace_record_size() != _REC.itemsize:
+        raise RuntimeError("csrc/trace.h's TraceRec and trace.py's _REC disagree")
+    n = int(lib.cudaemu_trace_count())
+    recs = np.zeros(n, _REC)
+    if n:
+        lib.cudaemu_trace_take(recs.ctypes.data, n)
+    slots = {}
+    for i, a in enumerate(args):
+        if arg_slot[i] is not None and arg_slot[i] not in slots:
+            slots[arg_slot[i]] = (kernel.params[i].name, tuple(a.shape), a.dtype.itemsize)
+    arrays = [slots[s] for s in sorted(slots)]
+    rows = sorted({int(w) for w in np.unique(recs["where"]) if not w & _LINE})
+    pcs = {r: int(lib.cudaemu_trace_row_pc(r)) for r in rows}
+    named = _addr2line(str(kernel._module._built.path), tuple(sorted(set(pcs.values()))))
+    student = kernel._module.student_file
+    base = student.rsplit("/", 1)[-1]
+    lines = {r: named.get(pc, "?") for r, pc in pcs.items()}
+    lines = {r: student + w[len(base):] if w.startswith(base + ":") else w for r, w in lines.items()}
+    for w in np.unique(recs["where"]):
+        if int(w) & _LINE:
+            lines[int(w)] = f"{student}:{int(w) & ~_LINE}"
+    return LaunchTrace(kernel.name, tuple(grid), tuple(block), arrays, recs, lines,
+                       bool(lib.cudaemu_trace_cut()))
+
+
+def _elements(recs: np.ndarray, itemsize: int) -> tuple[np.ndarray, np.ndarray]:
+    """(block, element index) of every element each record touches, and the record's position."""
+    first = recs["off"] // itemsize
+    count = np.maximum(1, (recs["off"] + recs["size"] + itemsize - 1) // itemsize - first).astype(np.int64)
+    pos = np.repeat(np.arange(len(recs)), count)
+    step = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+    return np.repeat(recs["block"].astype(np.int64), count), np.repeat(first.astype(np.int64), count) + step, pos
+
+
+def _keyed(recs, itemsize, nelem):
+    blocks, elems, pos = _elements(recs, itemsize)
+    keys = blocks * max(nelem, 1) + elems
+    uniq, first = np.unique(keys, return_index=True)
+    return uniq, pos[first]
+
+
+def _span(values: np.ndarray) -> str:
+    v = np.unique(values)
+    if len(v) == 1:
+        return str(int(v[0]))
+    if v[-1] - v[0] + 1 == len(v):
+        return f"{int(v[0])}..{int(v[-1])}"
+    shown = ", ".join(str(int(x)) for x in v[:3])
+    return f"{shown}, … ({len(v)} values in {int(v[0])}..{int(v[-1])})"
+
+
+def describe(name: str, shape: tuple, elems: np.ndarray) -> str:
+    """`q[0, 2, 0..36, 0..31]`: the index range of each dimension the elements span."""
+    idx = np.unravel_index(elems, shape) if len(shape) else (elems,)
+    return f"{name}[{', '.join(_span(i) for i in idx)}]"
+
+
+def _block_coords(b: int, grid) -> tuple:
+    return (b % grid[0], (b // grid[0]) % grid[1], b // (grid[0] * grid[1]))
+
+
+def _source(where: str) -> str:
+    file, _, line = where.rpartition(":")
+    text = linecache.getline(file, int(line)).strip() if line.isdigit() and file else ""
+    return f" `{text}`" if text else ""
+
+
+def _where(lines: dict, w: int) -> str:
+    place = lines.get(int(w), "?")
+    shown = place.rsplit("/", 1)[-1]
+    return f"line {shown.rsplit(':', 1)[-1]}{_source(place)}" if place != "?" else "a line the emulator could not find"
+
+
+def itemsize_of(t: LaunchTrace, slot: int) -> int:
+    return t.arrays[slot][2]
+
+
+def _first_step(ra: np.ndarray, rb: np.ndarray, itemsize: int):
+    """(thread, k, element, finished version's element, where) of the first element, in thread
+    order then program order, at which one block's accesses (`ra`) part from the finished
+    version's (`rb`); None where every thread's sequence is the same."""
+    _, ea, pa = _elements(ra, itemsize)
+    _, eb, _ = _elements(rb, itemsize)
+    ta, tb = ra["thread"][pa], rb["thread"][_elements(rb, itemsize)[2]]
+    for thread in np.union1d(np.unique(ta), np.unique(tb)):
+        sa, sb = ea[ta == thread], eb[tb == thread]
+        n = min(len(sa), len(sb))
+        diff = np.flatnonzero(sa[:n] != sb[:n])
+        if len(diff) or len(sa) != len(sb):
+            k = int(diff[0]) if len(diff) else n
+            wa = ra["where"][pa[ta == thread]]
+            return (int(thread), k, int(sa[k]) if k < len(sa) else None, int(sb[k]) if k < len(sb) else None,
+                    int(wa[k]) if k < len(wa) else None)
+    return None
+
+
+def first_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) -> str | None:
+    """Where the submission's launches (`mine`) first read or write other elements than the finished
+    version's (`theirs`) on the same case, as one observation; None where they touch the same ones."""
+    for i, (a, b) in enumerate(zip(mine, theirs), 1):
+        which = f"launch {i} ({a.kernel})" if len(mine) > 1 or len(theirs) > 1 else a.kernel
+        if a.grid != b.grid or a.block != b.block:
+            return (f"{which} runs grid {a.grid} with blocks {a.block}, where the finished version's "
+                    f"runs grid {b.grid} with blocks {b.block}: its blocks cannot be compared one by one.")
+        if a.cut or b.cut:
+            return None
+        if [x[1:] for x in a.arrays] != [x[1:] for x in b.arrays]:
+            return None
+        found = []
+        for write, verb in ((0, "reads"), (1, "writes")):
+            for slot, (name, shape, itemsize) in enumerate(a.arrays):
+                nelem = int(np.prod(shape)) if shape else 1
+                ra = a.records[(a.records["arg"] == slot) & (a.records["write"] == write)]
+                rb = b.records[(b.records["arg"] == slot) & (b.records["write"] == write)]
+                ka, pa = _keyed(ra, itemsize, nelem)
+                kb, _ = _keyed(rb, itemsize, nelem)
+                extra = np.setdiff1d(ka, kb, assume_unique=True)
+                missing = np.setdiff1d(kb, ka, assume_unique=True)
+                if not len(extra) and not len(missing):
+                    continue
+                blk = int(min(extra[0] if len(extra) else np.inf, missing[0] if len(missing) else np.inf)
+                          // max(nelem, 1))
+                found.append((blk, write, slot, name, shape, nelem, verb, ka, pa, ra, extra, missing))
+        if not found:
+            continue
+        blk = min(f[0] for f in found)
+        out = []
+        for f_blk, write, slot, name, shape, nelem, verb, ka, pa, ra, extra, missing in found:
+            if f_blk != blk or len(out) == 2:
+                continue
+            lo, hi = blk * nelem, (blk + 1) * nelem
+            ex = extra[(extra >= lo) & (extra < hi)]
+            mi = missing[(missing >= lo) & (missing < hi)]
+            rb = b.records[(b.records["arg"] == slot) & (b.records["write"] == write)]
+            step = _first_step(ra[ra["block"] == blk], rb[rb["block"] == blk], itemsize_of(a, slot))
+            part = []
+            if len(ex):
+                part.append(f"{verb} {describe(name, shape, ex - lo)}, which the finished version's "
+                            "same block does not,")
+            if len(mi):
+                part.append(f"{'and ' if part else ''}does not {verb[:-1]} {describe(name, shape, mi - lo)}, "
+                            "which the finished version's does")
+            if step is not None:
+                thread, k, mine_e, their_e, where = step
+                nth = f"{k + 1}{'th' if 10 <= (k + 1) % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get((k + 1) % 10, 'th')}"
+                got = describe(name, shape, np.array([mine_e])) if mine_e is not None else "nothing (it stops)"
+                want = describe(name, shape, np.array([their_e])) if their_e is not None else "nothing"
+                at = f" ({_where(a.lines, where)})" if where is not None else ""
+                part.append(f"(thread {thread}'s {nth} {verb[:-1]} of an element of {name} is {got}{at}, "
+                            f"where the finished version's thread {thread} {verb} {want})")
+            out.append(" ".join(part))
+        return (f"first divergence from the finished version, traced on the emulator: in {which}, block "
+                f"{_block_coords(blk, a.grid)} " + "; it ".join(out) + ".")
+    if len(mine) != len(theirs):
+        return (f"the kernel launches {len(mine)} time(s) where the finished version launches "
+                f"{len(theirs)} time(s); the launches both make read and write the same elements.")
+    return None
