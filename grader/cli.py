@@ -269,7 +269,8 @@ def cmd_check(args) -> int:
     try:
         report = run_check(ex, path, backend, seed, case_timeout=args.timeout, cases=args.case or None,
                            shape=shape, shrink=not args.no_shrink, plot_dir=plot_tmp,
-                           on_result=printer.verdict if printer else None)
+                           on_result=printer.verdict if printer else None,
+                           confirm=not getattr(args, "no_confirm", False))
         if plot_tmp:
             _render_plots(report, ex)          # the PNGs go to .grader/plots; the arrays were temporary
     finally:                                   # also on Ctrl-C: nothing is left in the temp folder
@@ -543,6 +544,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"seconds allowed per case, compiling not included (default: {limits['cpu']:g} "
                         f"on the CPU, {limits['gpu']:g} on a GPU)")
     s.add_argument("--no-shrink", action="store_true", help="do not look for a smaller failing shape")
+    s.add_argument("--no-confirm", action="store_true",
+                   help="GPU: do not confirm a pass on the CPU emulator (its race and bounds checks)")
     s.add_argument("--plot", action="store_true", help="save a PNG of the first failing case's error")
     s.add_argument("--counters", action="store_true",
                    help="then count, on the emulator, what the kernel would move on a GPU (one case)")

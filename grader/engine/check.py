@@ -240,8 +240,11 @@ def _interrupt(proc: subprocess.Popen, reader: _EventReader, watch: _Watch, grac
 
 def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: float | None = None,
               cases: list[str] | None = None, shape: dict | None = None, shrink: bool = True,
-              plot_dir: str | None = None, on_result=None) -> dict:
+              plot_dir: str | None = None, on_result=None, confirm: bool = True) -> dict:
     """Run every case of `ex` on the file at `path`; returns the JSON report of `grader check --json`.
+
+    On a GPU, a check that passes is confirmed on the emulator (`confirm_on_emulator`) unless
+    `confirm` is False.
 
     `on_result(case)` is called with each case's JSON verdict as soon as it is known (for a report
     that streams); the cases that never ran are only in the returned report.
@@ -315,15 +318,20 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
         ordered.append(r)
     settle(ordered)          # the cause a check states: reproduced on every failing case (verdict.py)
     add_divergence(ordered, watch.divergence)
-    crashed = next((r for r in ordered if r.kind == "crash"), None)
+    crashed = next((r for r in ordered if r.kind in ("crash", "timeout")), None)
     if crashed is not None and backend == "gpu":
+        # A crash names no line on a GPU, and a time limit there proves no hang: the emulator decides,
+        # counting CPU time and naming a deadlock with its line.
         crashed.message += cpu_replay(ex, path, seed, crashed, shape)
     passed = fatal is None and all(r.passed for r in ordered)
     note = None
     if passed and backend == "gpu":
-        note = (f"a GPU runs an out-of-bounds read without complaint when it stays inside mapped memory: "
-                f"`grader check {ex.id} --backend cpu` (the emulator checks every access) or `--sanitize` "
-                "(compute-sanitizer) checks that too.")
+        if confirm:
+            note = confirm_on_emulator(ex, path, seed, ordered, cases, shape)
+            passed = all(r.passed for r in ordered)
+        else:
+            note = ("not confirmed on the emulator (--no-confirm): a GPU runs a data race or an out-of-bounds "
+                    "read inside mapped memory without complaint, so this pass does not rule them out.")
     return {
         "id": ex.id, "file": str(path), "backend": backend, "seed": seed, "note": note,
         "passed": passed,
@@ -331,6 +339,42 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
         "cases": [r.to_json() for r in ordered],
         "resources": watch.resources,
     }
+
+
+CONFIRM_CASES = 6    # the smallest cases (the first ones: cases go from small to large) a GPU pass is confirmed on
+
+
+def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseResult],
+                        cases: list[str] | None, shape: dict | None) -> str:
+    """A GPU pass, confirmed on the emulator: its smallest cases run again on the CPU (same seed),
+    whose thread-order and bounds checks see a race or an out-of-bounds access a GPU runs silently.
+    A failure there fails the case (in place) with the emulator's report. Returns the check's note."""
+    from ..runtimes.cpu.build import find_compiler
+    unchecked = ("a GPU runs a data race or an out-of-bounds read inside mapped memory without complaint, "
+                 "and this pass was not confirmed on the emulator")
+    if find_compiler() is None:
+        return (f"{unchecked}: it needs a C++ compiler, which this machine lacks. `grader check {ex.id} "
+                "--backend cpu` on a machine with one, or `--sanitize` (compute-sanitizer) here, checks that.")
+    names = None if shape else [c.name for c in ordered[:CONFIRM_CASES]]
+    try:
+        report = run_check(ex, path, "cpu", seed, cases=names, shape=shape, shrink=False, confirm=False)
+    except GraderError as e:
+        return f"{unchecked}: the emulator could not run it ({e})."
+    if report.get("error"):
+        return f"{unchecked}: the emulator could not run it ({report['error'].splitlines()[0]})."
+    failed = next((c for c in report["cases"] if not c["passed"] and c["kind"] != "not_run"), None)
+    if failed is None:
+        shown = len([c for c in report["cases"] if c["passed"]])
+        return (f"confirmed on the CPU emulator on the {shown} smallest case(s) (seed {seed}): no data race "
+                "between a block's threads and no out-of-bounds access was found there.")
+    r = next(r for r in ordered if r.name == failed["name"])
+    r.passed = False
+    r.kind = failed["kind"] if failed["kind"] in ("error", "crash", "timeout") else "checked"
+    lines = "\n".join("  " + line for line in failed["message"].splitlines())
+    r.message = (f"passes on the GPU, but the same case on the CPU emulator (seed {seed}), which checks every "
+                 f"access and reruns the threads in other orders, fails:\n{lines}")
+    return ("passed on the GPU but not on the CPU emulator: a GPU can give the right numbers with a data race "
+            "or an out-of-bounds read. Fix what the emulator names.")
 
 
 def add_divergence(ordered: list[CaseResult], ev: dict | None) -> None:
@@ -355,12 +399,16 @@ def cpu_replay(ex: Exercise, path: Path, seed: int, crashed: CaseResult, shape: 
                 f"`grader check {ex.id} --backend cpu --seed {seed}` names the line and the array.")
     try:
         report = run_check(ex, path, "cpu", seed, cases=None if shape else [crashed.name], shape=shape,
-                           shrink=False)
+                           shrink=crashed.kind == "timeout", confirm=False)
     except GraderError as e:
         return f"\n(The CPU emulator could not replay it: {e})"
     replay = next((c for c in report["cases"] if c["name"] == crashed.name), None)
     if replay is None or replay["kind"] == "not_run":
         return ""
+    if replay["passed"] and crashed.kind == "timeout":
+        return (f"\nThe same case finishes and passes on the CPU emulator (seed {seed}), which names a deadlock "
+                "with its line: the kernel may only be slow on the GPU (--timeout raises the limit), or wait on "
+                "something only the GPU's timing decides.")
     if replay["passed"]:
         return ("\nThe same case passes on the CPU emulator (seed " + str(seed) + "), which checks every access: "
                 "the fault may depend on timing (a race), or on memory only the GPU has.")

@@ -230,16 +230,23 @@ def compile_error_message(e: CompileError) -> str:
     return f"{head}\n{format_compiler_log(log)}"
 
 
-def not_implemented_message(ex: Exercise, path: Path) -> str:
-    """No output element written: which TODO to fill in next, from the TODOs the file still holds as
-    the stub has them (nothing written after the comment)."""
+def untouched(ex: Exercise, path: Path) -> list | None:
+    """The TODOs the file still holds as the stub has them (stubs.untouched_todos), or None where the
+    stub cannot be read."""
     from .. import paths
     from ..stubs import untouched_todos
     stub = paths.exercise_file(ex.id)
     try:
-        left = untouched_todos(stub.read_text(), Path(path).read_text()) if stub.is_file() else None
+        return untouched_todos(stub.read_text(), Path(path).read_text()) if stub.is_file() else None
     except OSError:
-        left = None
+        return None
+
+
+def not_implemented_message(ex: Exercise, path: Path) -> str:
+    """No output element written: which TODO to fill in next, from the TODOs the file still holds as
+    the stub has them (nothing written after the comment)."""
+    from .. import paths
+    left = untouched(ex, path)
     texts = dict(enumerate(ex.todos, 1))
     head = ("not implemented yet: no output element was written (each still holds the NaN the grader "
             "filled it with). ")
@@ -247,6 +254,7 @@ def not_implemented_message(ex: Exercise, path: Path) -> str:
     if left == []:
         return head + (f"Every TODO has code after it {where} Check that your launch grid covers every "
                        "element and that the kernel really stores its results (the last TODOs store them).")
+
     n = left[0] if left else 1
     todo = f"TODO({n}) ({texts[n]})" if n in texts else f"TODO({n})"
     if n == 1:
@@ -313,6 +321,17 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     if all(is_poison(out[k], own.get(k)).all() for k in ref if np.asarray(out[k]).size):
         res.kind = "not_implemented"
         res.message = not_implemented_message(ex, path)
+        if untouched(ex, path) == []:
+            # Code after every TODO: not "not implemented yet", but a kernel that wrote nothing.
+            res.kind = "checked"
+            ran = getattr(rt, "launched", None) or []
+            grids = "; ".join(f"{n} with grid {g} and blocks {b}" for n, g, b in ran[:3])
+            res.message = (f"no output element was written: each still holds the NaN the grader filled it "
+                           f"with, though every TODO of {_shown(path)} has code after it. "
+                           + (f"The case launched {grids}{' …' if len(ran) > 3 else ''}. " if ran else
+                              "The case launched no kernel. ")
+                           + "Check that the grid covers the output and that the threads reach the stores "
+                             "(the last TODOs store the results).")
         return res
 
     cmps = {}

@@ -265,6 +265,12 @@ class Runtime:
         calls this before a case, and sets poison_outputs back to False after it)."""
         self.poison_outputs = True
         self._poisoned: list[tuple[int, tuple, str]] = []   # payload k -> (data address, shape, dtype)
+        self.launched: list[tuple[str, tuple, tuple]] = []  # (kernel, grid, block) of each launch since
+
+    def note_launch(self, name: str, grid, block) -> None:
+        """A kernel launch, for the case's report (what ran when nothing was written)."""
+        if getattr(self, "launched", None) is not None:
+            self.launched.append((name, tuple(grid), tuple(block)))
 
     def poison_source(self, a) -> str:
         """The arrays whose poison the elements of `a` hold, in words ("the float32 array of shape

@@ -58,6 +58,7 @@ class GpuKernel:
     def __call__(self, grid, block, args, shared_mem=0, stream=None):
         cupy = self._rt.xp
         grid, block = check_launch(self.name, grid, block, shared_mem)
+        self._rt.note_launch(self.name, grid, block)
         check_args(self.name, self.params, args, lambda a: isinstance(a, (cupy.ndarray, np.ndarray)))
         for i, a in enumerate(args):
             if isinstance(a, np.ndarray):

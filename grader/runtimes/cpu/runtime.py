@@ -123,6 +123,7 @@ class CpuKernel:
 
     def __call__(self, grid, block, args, shared_mem=0, stream=None):
         grid, block = check_launch(self.name, grid, block, shared_mem, MAX_THREADS)
+        self._module._rt.note_launch(self.name, grid, block)
         shared_mem = int(shared_mem)
         check_args(self.name, self.params, args, _is_array)
         self._check_arrays(args)

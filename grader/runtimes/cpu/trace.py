@@ -187,11 +187,20 @@ def first_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) -> str 
             if step is not None:
                 thread, k, mine_e, their_e, where = step
                 nth = f"{k + 1}{'th' if 10 <= (k + 1) % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get((k + 1) % 10, 'th')}"
-                got = describe(name, shape, np.array([mine_e])) if mine_e is not None else "nothing (it stops)"
-                want = describe(name, shape, np.array([their_e])) if their_e is not None else "nothing"
                 at = f" ({_where(a.lines, where)})" if where is not None else ""
-                part.append(f"(thread {thread}'s {nth} {verb[:-1]} of an element of {name} is {got}{at}, "
-                            f"where the finished version's thread {thread} {verb} {want})")
+                verb1 = verb[:-1]
+                if mine_e is None:
+                    part.append(f"(thread {thread} stops after {k} {verb1}(s) of elements of {name}, where the "
+                                f"finished version's thread {thread} goes on to {verb1} "
+                                f"{describe(name, shape, np.array([their_e]))})")
+                elif their_e is None:
+                    part.append(f"(thread {thread}'s {nth} {verb1} of an element of {name} is "
+                                f"{describe(name, shape, np.array([mine_e]))}{at}, after the finished "
+                                f"version's thread {thread} has stopped)")
+                else:
+                    part.append(f"(thread {thread}'s {nth} {verb1} of an element of {name} is "
+                                f"{describe(name, shape, np.array([mine_e]))}{at}, where the finished "
+                                f"version's thread {thread} {verb} {describe(name, shape, np.array([their_e]))})")
             out.append(" ".join(part))
         return (f"first divergence from the finished version, traced on the emulator: in {which}, block "
                 f"{_block_coords(blk, a.grid)} " + "; it ".join(out) + ".")
