@@ -200,14 +200,16 @@ class CheckRun:
         was found) and the finished version on the emulator, and send where they first part
         (engine/diverge.py) to the parent, which adds it when the check states no cause."""
         first = next((r for r in self.results if not r.passed and r.kind != "not_run"), None)
-        if first is None or first.kind != "checked" or first.candidates or not self.trace:
+        if first is None or first.candidates or not self.trace:
+            return
+        if first.kind != "checked" and not (first.kind == "error" and "out-of-bounds" in first.message):
             return
         from .runtimes.cpu.build import find_compiler
         if find_compiler() is None:
             return
         from .engine.diverge import first_divergence
         from .spec import Case
-        shrunk = first.shrunk if isinstance(first.shrunk, dict) and first.shrunk.get("kind") == "checked" else None
+        shrunk = first.shrunk if isinstance(first.shrunk, dict) and first.shrunk.get("kind") == first.kind else None
         case = Case("custom", shrunk["params"]) if shrunk else Case(first.name, first.params)
         self.emit(event="explore", case=first.name)      # its compiles and runs have their own budget
         try:

@@ -3,9 +3,10 @@
 does on the CPU, and print whether each is rejected with the expected explanation: its phrases in
 the first message, and no stated cause but its own replay (the first checked case states it when the
 wrong version has one). A wrong version
-whose explanation comes from the CPU emulator's own detectors (Wrong.backends = ("cpu",)) is only
-reported on the GPU, not held to it: a bug the GPU hides (a missing barrier) may pass there, which is
-what the CPU emulator is for.
+whose explanation comes from the CPU emulator's own detectors (Wrong.backends = ("cpu",)) is held to
+the GPU too: a GPU pass is confirmed on the emulator, which names what the GPU hides (a missing
+barrier). On the GPU each wrong version is also checked on the CPU with the same seed, and the two
+verdicts must agree: the same first failing case and the same stated cause (one verdict everywhere).
 
     PYTHONPATH=$PWD python scripts/check_wrong_versions.py [IDS...] [--backend gpu|cpu] [--all-cases]
 """
@@ -43,7 +44,7 @@ def main() -> int:
             report = run_check(ex, write(w, tmp), args.backend, seed=7, cases=cases)
             failing = [c for c in report["cases"] if not c["passed"] and c["kind"] != "not_run"]
             msg = failing[0]["message"] if failing else ""
-            held = args.backend in w.backends
+            held = True
             missing = [p for p in w.expect if p.lower() not in msg.lower()]
             stated = stated_causes(report)
             checked = [c for c in failing if c["kind"] == "checked"]
@@ -51,6 +52,13 @@ def main() -> int:
                 missing.append(f"stated {sorted(stated)}, the bug is {w.cause}")
             elif w.cause and not (checked and checked[0].get("cause") == w.cause):
                 missing.append(f"cause {w.cause} not stated")
+            if args.backend != "cpu":
+                cpu = run_check(ex, write(w, tmp), "cpu", seed=7, cases=cases)
+                cpu_failing = [c for c in cpu["cases"] if not c["passed"] and c["kind"] != "not_run"]
+                here = (failing[0]["name"], failing[0].get("cause")) if failing else None
+                there = (cpu_failing[0]["name"], cpu_failing[0].get("cause")) if cpu_failing else None
+                if here != there:
+                    missing.append(f"{args.backend} says {here}, the CPU says {there}")
             ok = bool(failing) and not report["passed"] and not missing
             verdict = ("ok" if ok else "WRONG") if held else ("rejected" if failing else "passes") + " (cpu-only)"
             ok_all &= ok or not held

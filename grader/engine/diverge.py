@@ -19,7 +19,8 @@ NO_SOLUTION = ("no finished version is installed here to trace your kernel again
                "or an autograder ships none), so the first divergence was not traced.")
 
 
-def _traced_run(ex: Exercise, fn, case: Case, seed: int) -> list:
+def _traced_run(ex: Exercise, fn, case: Case, seed: int) -> tuple[list, bool]:
+    """The launches' traces, and whether a fault stopped the last one."""
     from ..runtimes.cpu.runtime import CpuRuntime
     from .runner import case_rng, load_task
     task = load_task(ex)
@@ -28,13 +29,14 @@ def _traced_run(ex: Exercise, fn, case: Case, seed: int) -> list:
     inputs = task.make_inputs(case.params, case_rng(seed, case.name))
     device = {k: rt.asarray(v.copy()) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
     rt.start_poisoning()
+    faulted = False
     try:
         task.call(fn, rt, device, case.params)
     except (KernelFault, LaunchError):   # the kernel's fault mid-way: the launches traced so far tell
-        pass
+        faulted = True
     finally:
         rt.poison_outputs = False
-    return rt.trace_log
+    return rt.trace_log, faulted
 
 
 def first_divergence(ex: Exercise, fn, case: Case, seed: int) -> str | None:
@@ -51,13 +53,13 @@ def first_divergence(ex: Exercise, fn, case: Case, seed: int) -> str | None:
     if not Path(sol_path).is_file():
         return NO_SOLUTION
     solution = load_exercise_function(ex, Path(sol_path))
-    mine = _traced_run(ex, fn, case, seed)
+    mine, faulted = _traced_run(ex, fn, case, seed)
     path = getattr(fn, "__code__", None) and fn.__code__.co_filename
     for t in mine:                # the student's lines, with their text (addr2line gives the base name)
         if path:
             base = Path(path).name
             t.lines = {w: path + p[len(base):] if p.startswith(base + ":") else p for w, p in t.lines.items()}
-    theirs = _traced_run(ex, solution, case, seed)
+    theirs, _ = _traced_run(ex, solution, case, seed)
     if not mine or not theirs:
         return None
-    return compare(mine, theirs)
+    return compare(mine, theirs, partial=faulted)

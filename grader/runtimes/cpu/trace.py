@@ -18,7 +18,7 @@ import numpy as np
 from .counters import _addr2line
 
 _LINE = 0x80000000
-_REC = np.dtype([("off", "<u8"), ("block", "<u4"), ("where", "<u4"), ("size", "<u2"), ("arg", "i1"),
+_REC = np.dtype([("off", "<i8"), ("block", "<u4"), ("where", "<u4"), ("size", "<u2"), ("arg", "i1"),
                  ("write", "u1"), ("thread", "<u2"), ("pad", "<u2")])
 
 
@@ -95,6 +95,9 @@ def _span(values: np.ndarray) -> str:
 
 def describe(name: str, shape: tuple, elems: np.ndarray) -> str:
     """`q[0, 2, 0..36, 0..31]`: the index range of each dimension the elements span."""
+    size = int(np.prod(shape)) if len(shape) else 1
+    if len(elems) and (elems.min() < 0 or elems.max() >= size):
+        return f"{name}'s element {int(elems[0])} (flat), outside its {size} elements"
     idx = np.unravel_index(elems, shape) if len(shape) else (elems,)
     return f"{name}[{', '.join(_span(i) for i in idx)}]"
 
@@ -119,7 +122,7 @@ def itemsize_of(t: LaunchTrace, slot: int) -> int:
     return t.arrays[slot][2]
 
 
-def _first_step(ra: np.ndarray, rb: np.ndarray, itemsize: int):
+def _first_step(ra: np.ndarray, rb: np.ndarray, itemsize: int, partial: bool = False):
     """(thread, k, element, finished version's element, where) of the first element, in thread
     order then program order, at which one block's accesses (`ra`) part from the finished
     version's (`rb`); None where every thread's sequence is the same."""
@@ -130,7 +133,7 @@ def _first_step(ra: np.ndarray, rb: np.ndarray, itemsize: int):
         sa, sb = ea[ta == thread], eb[tb == thread]
         n = min(len(sa), len(sb))
         diff = np.flatnonzero(sa[:n] != sb[:n])
-        if len(diff) or len(sa) != len(sb):
+        if len(diff) or (len(sa) != len(sb) and not partial):
             k = int(diff[0]) if len(diff) else n
             wa = ra["where"][pa[ta == thread]]
             return (int(thread), k, int(sa[k]) if k < len(sa) else None, int(sb[k]) if k < len(sb) else None,
@@ -138,9 +141,41 @@ def _first_step(ra: np.ndarray, rb: np.ndarray, itemsize: int):
     return None
 
 
-def first_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) -> str | None:
+def _first_step_only(mine: list[LaunchTrace], theirs: list[LaunchTrace]) -> str | None:
+    for i, (a, b) in enumerate(zip(mine, theirs), 1):
+        which = f"launch {i} ({a.kernel})" if len(mine) > 1 or len(theirs) > 1 else a.kernel
+        if a.grid != b.grid or a.block != b.block or [x[1:] for x in a.arrays] != [x[1:] for x in b.arrays]:
+            return None
+        for write, verb in ((0, "reads"), (1, "writes")):
+            for blk in np.unique(a.records["block"]):
+                for slot, (name, shape, itemsize) in enumerate(a.arrays):
+                    ra = a.records[(a.records["arg"] == slot) & (a.records["write"] == write) & (a.records["block"] == blk)]
+                    rb = b.records[(b.records["arg"] == slot) & (b.records["write"] == write) & (b.records["block"] == blk)]
+                    step = _first_step(ra, rb, itemsize, partial=True)
+                    if step is None:
+                        continue
+                    thread, k, mine_e, their_e, where = step
+                    at = f" ({_where(a.lines, where)})" if where is not None else ""
+                    return (f"first divergence from the finished version, traced on the emulator up to the "
+                            f"fault: in {which}, block {_block_coords(int(blk), a.grid)}, thread {thread}'s "
+                            f"{_nth(k)} {verb[:-1]} of an element of {name} is "
+                            f"{describe(name, shape, np.array([mine_e]))}{at}, where the finished version's "
+                            f"thread {thread} {verb} {describe(name, shape, np.array([their_e]))}.")
+    return None
+
+
+def _nth(k: int) -> str:
+    n = k + 1
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def first_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace], partial: bool = False) -> str | None:
     """Where the submission's launches (`mine`) first read or write other elements than the finished
-    version's (`theirs`) on the same case, as one observation; None where they touch the same ones."""
+    version's (`theirs`) on the same case, as one observation; None where they touch the same ones.
+    `partial`: the submission's last launch stopped at a fault, so only the accesses its threads
+    made are compared, position by position (what they never reached says nothing)."""
+    if partial:
+        return _first_step_only(mine, theirs)
     for i, (a, b) in enumerate(zip(mine, theirs), 1):
         which = f"launch {i} ({a.kernel})" if len(mine) > 1 or len(theirs) > 1 else a.kernel
         if a.grid != b.grid or a.block != b.block:
@@ -186,7 +221,7 @@ def first_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) -> str 
                             "which the finished version's does")
             if step is not None:
                 thread, k, mine_e, their_e, where = step
-                nth = f"{k + 1}{'th' if 10 <= (k + 1) % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get((k + 1) % 10, 'th')}"
+                nth = _nth(k)
                 at = f" ({_where(a.lines, where)})" if where is not None else ""
                 verb1 = verb[:-1]
                 if mine_e is None:

@@ -44,6 +44,7 @@ struct CounterRow {   // one instruction (cudaemu_counters_rows), read by cpu/co
 static int counting;
 static int tracing;    // trace.h
 static void trace_global(int row, int arg, uintptr_t addr, unsigned size, int write);
+static void trace_outside(int row, uintptr_t addr, unsigned size, int write);
 static CountedAccess* acc_log;
 static size_t acc_n, acc_cap;
 static int acc_overflow;
@@ -116,7 +117,10 @@ static void count_access(uintptr_t pc, const void* p, unsigned size, int write) 
     arg = -2;
     for (int i = 0; i < n_array_args && i < 64; ++i)
       if ((uintptr_t)c >= array_args[i].lo && (uintptr_t)c + size <= array_args[i].hi) { arg = i; break; }
-    if (arg == -2) return;   // a local variable, or the emulator's own memory
+    if (arg == -2) {         // a local variable, the emulator's own memory, or just outside an array
+      if (tracing) trace_outside(row_of(pc), (uintptr_t)c, size, write);
+      return;
+    }
     if (tracing) trace_global(row_of(pc), arg, (uintptr_t)c, size, write);
   }
   int t = cur->linear;

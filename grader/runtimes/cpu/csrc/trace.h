@@ -40,6 +40,18 @@ static void trace_global(int row, int arg, uintptr_t addr, unsigned size, int wr
   trace_add(arg, addr, size, write, (uint32_t)row);
 }
 
+// An access just outside an array argument (an out-of-bounds index, about to fault in the guard
+// pages): traced against the nearest array, its offset below 0 or past the end.
+static void trace_outside(int row, uintptr_t addr, unsigned size, int write) {
+  if (!tracing || row < 0 || !cur) return;
+  const uintptr_t near = (uintptr_t)1 << 16;
+  for (int i = 0; i < n_array_args && i < 64; ++i)
+    if (addr + near >= array_args[i].lo && addr < array_args[i].hi + near) {
+      trace_add(i, addr, size, write, (uint32_t)row);
+      return;
+    }
+}
+
 static void trace_copy(const void* src, unsigned size, int line) {
   if (!tracing || !cur || !size) return;
   uintptr_t c = (uintptr_t)src;
