@@ -118,9 +118,16 @@ def child_command(plugin: list[str], tmp: Path) -> list[str]:
             "-c", str(ini), "--rootdir", str(tmp), "-W", "ignore::pytest.PytestAssertRewriteWarning"]
 
 
+# The child computes on one thread: its CPU time, which the limits and the diagnosis budgets count,
+# is then the same on a 2-core laptop and a 64-core server (NumPy's BLAS would otherwise spread the
+# replays over every core and spend a budget many times faster there).
+ONE_THREAD = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                               "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")}
+
+
 def child_env() -> dict:
-    """The child finds the course even when it runs from elsewhere."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    """The child finds the course even when it runs from elsewhere, and computes on one thread."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **ONE_THREAD)
     try:
         from ..paths import course_root
         env.setdefault("GRADER_ROOT", str(course_root()))
@@ -325,11 +332,11 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
         crashed.message += cpu_replay(ex, path, seed, crashed, shape)
     passed = fatal is None and all(r.passed for r in ordered)
     note = None
-    if passed and backend == "gpu":
+    if backend == "gpu" and fatal is None:
         if confirm:
             note = confirm_on_emulator(ex, path, seed, ordered, cases, shape)
             passed = all(r.passed for r in ordered)
-        else:
+        elif passed:
             note = ("not confirmed on the emulator (--no-confirm): a GPU runs a data race or an out-of-bounds "
                     "read inside mapped memory without complaint, so this pass does not rule them out.")
     return {
@@ -345,36 +352,44 @@ CONFIRM_CASES = 6    # the smallest cases (the first ones: cases go from small t
 
 
 def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseResult],
-                        cases: list[str] | None, shape: dict | None) -> str:
-    """A GPU pass, confirmed on the emulator: its smallest cases run again on the CPU (same seed),
-    whose thread-order and bounds checks see a race or an out-of-bounds access a GPU runs silently.
-    A failure there fails the case (in place) with the emulator's report. Returns the check's note."""
+                        cases: list[str] | None, shape: dict | None) -> str | None:
+    """A GPU verdict, confirmed on the emulator (same seed), whose thread-order and bounds checks see a
+    race or an out-of-bounds access that a GPU runs silently or turns into wrong numbers with no
+    cause. A pass: its smallest cases run there. A failure no replay explains: the cases up to the
+    first failing one. A fault found there fails that case (in place) with the emulator's report, so
+    that the check's verdict is the emulator's. Returns the check's note (None: nothing to say)."""
     from ..runtimes.cpu.build import find_compiler
+    failing = next((i for i, r in enumerate(ordered) if not r.passed and r.kind != "not_run"), None)
+    if failing is not None and (ordered[failing].cause or ordered[failing].kind != "checked"):
+        return None                       # a reproduced cause, or a GPU fault: the GPU's verdict stands
     unchecked = ("a GPU runs a data race or an out-of-bounds read inside mapped memory without complaint, "
-                 "and this pass was not confirmed on the emulator")
+                 "and this verdict was not confirmed on the emulator")
     if find_compiler() is None:
         return (f"{unchecked}: it needs a C++ compiler, which this machine lacks. `grader check {ex.id} "
                 "--backend cpu` on a machine with one, or `--sanitize` (compute-sanitizer) here, checks that.")
-    names = None if shape else [c.name for c in ordered[:CONFIRM_CASES]]
+    upto = CONFIRM_CASES if failing is None else failing + 1
+    names = None if shape else [r.name for r in ordered[:upto] if r.kind != "not_run"]
     try:
         report = run_check(ex, path, "cpu", seed, cases=names, shape=shape, shrink=False, confirm=False)
     except GraderError as e:
         return f"{unchecked}: the emulator could not run it ({e})."
     if report.get("error"):
         return f"{unchecked}: the emulator could not run it ({report['error'].splitlines()[0]})."
-    failed = next((c for c in report["cases"] if not c["passed"] and c["kind"] != "not_run"), None)
-    if failed is None:
+    fault = next((c for c in report["cases"] if not c["passed"] and c["kind"] in ("error", "crash", "timeout")), None)
+    if fault is None:
+        if failing is not None:
+            return None
         shown = len([c for c in report["cases"] if c["passed"]])
         return (f"confirmed on the CPU emulator on the {shown} smallest case(s) (seed {seed}): no data race "
                 "between a block's threads and no out-of-bounds access was found there.")
-    r = next(r for r in ordered if r.name == failed["name"])
-    r.passed = False
-    r.kind = failed["kind"] if failed["kind"] in ("error", "crash", "timeout") else "checked"
-    lines = "\n".join("  " + line for line in failed["message"].splitlines())
-    r.message = (f"passes on the GPU, but the same case on the CPU emulator (seed {seed}), which checks every "
-                 f"access and reruns the threads in other orders, fails:\n{lines}")
-    return ("passed on the GPU but not on the CPU emulator: a GPU can give the right numbers with a data race "
-            "or an out-of-bounds read. Fix what the emulator names.")
+    r = next(r for r in ordered if r.name == fault["name"])
+    was = "passes on the GPU" if r.passed else "gives wrong numbers on the GPU"
+    r.passed, r.kind, r.cause = False, fault["kind"], None
+    lines = "\n".join("  " + line for line in fault["message"].splitlines())
+    r.message = (f"{was}, and the same case on the CPU emulator (seed {seed}), which checks every access and "
+                 f"reruns the threads and blocks in other orders, names what is wrong:\n{lines}")
+    return ("the CPU emulator found a fault the GPU ran without complaint: a GPU can give right (or wrong) "
+            "numbers with a data race or an out-of-bounds access. Fix what the emulator names.")
 
 
 def add_divergence(ordered: list[CaseResult], ev: dict | None) -> None:
