@@ -266,6 +266,30 @@ def not_implemented_message(ex: Exercise, path: Path) -> str:
                    f"can check your {done} only once those are done.")
 
 
+def cited(message: str, path: Path) -> str:
+    """An emulator report with every cited line the student's: lines of generated code said as such
+    (base.generated_lines), and the source text of the first line of the checked file it cites."""
+    from ..runtimes.base import generated_lines
+    message = generated_lines(message)
+    cited_lines = []
+    for m in re.finditer(rf"(?<![\w.-]){re.escape(Path(path).name)}:(\d+)\b", message):
+        if m.group(1) not in cited_lines:
+            cited_lines.append(m.group(1))
+    try:
+        source = Path(path).read_text().splitlines()
+    except OSError:
+        source = []
+    called = re.search(rf"called from {re.escape(Path(path).name)}:(\d+)", message)
+    if called and called.group(1) in cited_lines[1:]:
+        cited_lines.remove(called.group(1))
+        cited_lines.insert(1, called.group(1))
+    for n in cited_lines[:2]:            # the line itself, and where it was called from
+        text = source[int(n) - 1].strip() if 0 < int(n) <= len(source) else ""
+        if text and text not in message:
+            message += f"\n  line {n}: {text}"
+    return message
+
+
 def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | None = None) -> CaseResult:
     """Run one case. If `keep` is a dict, the inputs, reference and outputs are left in it."""
     task = load_task(ex)
@@ -286,7 +310,7 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
         res.kind, res.message = "compile_error", compile_error_message(e)
         return res
     except (LaunchError, KernelFault) as e:
-        res.kind, res.message = "error", str(e)
+        res.kind, res.message = "error", cited(str(e), path)
         return res
     except NotImplementedError as e:
         res.kind = "not_implemented"

@@ -64,7 +64,21 @@ def register_origin(path) -> None:
 
 
 def line_directive(source: str) -> str:
-    """A ``#line`` directive that makes line 1 of ``source`` report as its line in its file."""
+    """A ``#line`` directive that makes line 1 of ``source`` report as its line in its file (the first
+    directive of `placed`)."""
+    return placed(source).split("\n", 1)[0] + "\n"
+
+
+GENERATED = "@"   # `file.py@L`: code a Python function generated in place of line L of file.py
+
+
+def placed(source: str) -> str:
+    """``source`` with ``#line`` directives, so that every line the compilers and the emulator cite is
+    the student's: a source found whole in a file starts at its line there; a source put together
+    from pieces of a file (module 10's kernel, with wgmma helpers generated into its text) gets a
+    directive per piece, and each generated stretch is reported as `file.py@L:k`, line k of the code
+    generated in place of line L (`generated_lines` words it for the student)."""
+    texts = []
     for path in _origins:
         try:
             text = path.read_text()
@@ -72,14 +86,66 @@ def line_directive(source: str) -> str:
             continue
         pos = text.find(source)
         if pos >= 0:
-            line = text.count("\n", 0, pos) + 1
-            return f'#line {line} "{path.name}"\n'
-    return '#line 1 "kernel.cu"\n'
+            return f'#line {text.count(chr(10), 0, pos) + 1} "{path.name}"\n' + source
+        texts.append((path, text))
+    import difflib
+    lines = source.split("\n")
+    best = None
+    for path, text in texts:
+        blocks = [b for b in difflib.SequenceMatcher(None, lines, text.split("\n"), autojunk=False)
+                  .get_matching_blocks() if b.size >= 3]
+        covered = sum(b.size for b in blocks)
+        if covered * 2 >= len(lines) and (best is None or covered > best[2]):
+            best = (path, blocks, covered)
+    if best is None:
+        return '#line 1 "kernel.cu"\n' + source
+    path, blocks, _ = best
+    out, i, file_end = [], 0, 0
+    for b in blocks + [None]:
+        a_start = b.a if b else len(lines)
+        if i < a_start:
+            run = lines[i:a_start]
+            if not any(t.strip() for t in run) and (out or b is not None):   # blank lines: no code to cite
+                if not out:
+                    out.append(f'#line {b.b + 1 - len(run)} "{path.name}"')
+                out.extend(run)
+            elif out and out[-1].endswith("\\"):          # inside a macro: no directive may cut it
+                out.extend(lines[i:a_start])
+            else:
+                out.append(f'#line 1 "{path.name}{GENERATED}{file_end + 1}"')
+                out.extend(lines[i:a_start])
+        if b is None:
+            break
+        if not (out and out[-1].endswith("\\")):
+            out.append(f'#line {b.b + 1} "{path.name}"')
+        out.extend(lines[b.a:b.a + b.size])
+        i, file_end = b.a + b.size, b.b + b.size
+    return "\n".join(out)
+
+
+def line_text(source: str, line: int) -> str | None:
+    """The text of the line of ``source`` that reports as ``line`` of the student's file (`placed`),
+    or None where no line does."""
+    name, n = None, 0
+    for text in placed(source).split("\n"):
+        m = re.match(r'#line (\d+) "(.*)"$', text)
+        if m:
+            name, n = m.group(2), int(m.group(1))
+            continue
+        if name is not None and GENERATED not in name and n == line:
+            return text
+        n += 1
+    return None
+
+
+def generated_lines(text: str) -> str:
+    """`file.py@L:k` (a line of generated code) in the student's words."""
+    return re.sub(r"(\b[\w.-]+\.py)@(\d+):(\d+)", r"\1:\2 (line \3 of the code generated in place of line \2)", text)
 
 
 def full_source(source: str) -> str:
     """What both runtimes compile: the prelude, then the student's source at its own line numbers."""
-    return PRELUDE + line_directive(source) + source
+    return PRELUDE + placed(source)
 
 
 # ---------------------------------------------------------------------------------------------

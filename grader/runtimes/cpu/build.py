@@ -187,12 +187,16 @@ def _same_lines(original: str, replacement: str) -> str:
 
 
 def _where(code: str):
-    """For a full source (prelude, #line, the student's code): offset -> 'file:line'."""
-    m = re.search(r'^#line (\d+) "(.*)"[ \t]*$', code, re.M)
-    if not m:
+    """For a full source (prelude, #line directives, the student's code): offset -> 'file:line', as
+    the last directive before it says."""
+    marks = list(re.finditer(r'^#line (\d+) "(.*)"[ \t]*$', code, re.M))
+    if not marks:
         return lambda pos: f"kernel.cu:{code.count(chr(10), 0, pos) + 1}"
-    start, first, fname = m.end() + 1, int(m.group(1)), m.group(2)
-    return lambda pos: f"{fname}:{first + code.count(chr(10), start, pos)}"
+
+    def where(pos: int) -> str:
+        m = next((m for m in reversed(marks) if m.end() < pos), marks[0])
+        return f"{m.group(2)}:{int(m.group(1)) + code.count(chr(10), m.end() + 1, pos)}"
+    return where
 
 
 def transform(source: str) -> str:

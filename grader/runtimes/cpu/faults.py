@@ -95,11 +95,9 @@ def _name_arguments(text: str, kernel, args) -> str:
 
 def _is_definition(module, line: int) -> bool:
     """Whether the student's ``line`` starts a function (line tables name it for inlined code)."""
-    source = getattr(module, "source", "") or ""
-    _, first = origin(source)
-    lines = source.split("\n")
-    k = line - first
-    return not 0 <= k < len(lines) or bool(re.search(r"\b__(?:global|device)__\b", lines[k]))
+    from ..base import line_text
+    text = line_text(getattr(module, "source", "") or "", line)
+    return text is None or bool(re.search(r"\b__(?:global|device)__\b", text))
 
 
 def _describe_access(kernel, rec, args, arg_slot, bufs, smem, shared_mem) -> str:
