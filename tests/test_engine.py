@@ -318,3 +318,15 @@ def test_an_output_never_written_while_others_were_is_named_as_such():
     seen = [s.text for s in observations(Context(None, {}, {}, ref, out, cmp))]
     assert seen[0].startswith("dv was never written at all")
     assert any(s.startswith("5 of 6 elements of dk were never written") for s in seen), seen
+
+
+def test_row_factors_say_when_one_factor_holds_for_the_whole_array_and_word_gradients_as_such():
+    import numpy as np
+    from grader.engine.diagnose import row_factors
+    rng = np.random.default_rng(0)
+    want = rng.standard_normal((2, 3, 5, 8))
+    said = row_factors("dk", want * 8.0, want)
+    assert "one and the same factor, 8" in said and "weights" not in said
+    per_row = want * (2.0 + np.arange(5))[:, None]
+    assert "relative to each other" not in row_factors("dq", per_row, want)
+    assert "relative to each other" in row_factors("o", per_row, want)

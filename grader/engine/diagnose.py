@@ -189,9 +189,19 @@ def row_factors(name: str, got: np.ndarray, want: np.ndarray) -> str | None:
     means = np.array(means)
     off = np.abs(means - 1) > 1e-2
     if spreads and np.median(spreads) < 1e-3 and off.mean() > 0.9 and np.all(np.abs(means) > 1e-3):
-        return (f"each row of {name} is the right answer times a factor of its own (e.g. {means[off][0]:.4g}): "
-                "the weights within a row are right relative to each other, their sum is not.")
+        if np.max(np.abs(means - means[0])) <= 1e-3 * abs(means[0]):
+            return (f"every row of {name} is the right answer times one and the same factor, "
+                    f"{means[0]:.4g}: the whole of {name} is off by that factor.")
+        said = (f"each row of {name} is the right answer times a factor of its own (e.g. {means[off][0]:.4g}, "
+                f"{means[off][-1]:.4g})")
+        if name in SOFTMAX_WEIGHTED:
+            return said + ": the weights within a row are right relative to each other, their sum is not."
+        return said + "."
     return None
+
+
+# Outputs that are softmax-weighted sums of V, whose rows a wrong normaliser scales one by one.
+SOFTMAX_WEIGHTED = ("o", "o_part", "y", "out")
 
 
 AXES = {0: ("batch entries", "b"), 1: ("heads", "h")}
