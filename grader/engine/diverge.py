@@ -59,6 +59,7 @@ def first_divergence(ex: Exercise, fn, case: Case, seed: int) -> str | None:
         if path:
             base = Path(path).name
             t.lines = {w: path + p[len(base):] if p.startswith(base + ":") else p for w, p in t.lines.items()}
+            t.student = path
     theirs, _ = _traced_run(ex, solution, case, seed)
     if not mine or not theirs:
         return None

@@ -19,7 +19,9 @@ from .counters import _addr2line
 
 _LINE = 0x80000000
 _REC = np.dtype([("off", "<i8"), ("block", "<u4"), ("where", "<u4"), ("size", "<u2"), ("arg", "i1"),
-                 ("write", "u1"), ("thread", "<u2"), ("pad", "<u2")])
+                 ("write", "u1"), ("thread", "<u2"), ("epoch", "<u2")])
+_SNAP = np.dtype([("offset", "<u8"), ("bytes", "<u8"), ("block", "<u4"), ("index", "<u4"), ("line", "<i4"),
+                  ("static_bytes", "<u4")])
 
 
 @dataclass
@@ -31,6 +33,9 @@ class LaunchTrace:
     records: np.ndarray     # _REC
     lines: dict             # where -> "file:line"
     cut: bool
+    snaps: np.ndarray = None       # _SNAP: shared memory at each __syncthreads of each block
+    snap_data: np.ndarray = None   # their bytes
+    student: str = ""
 
 
 def take(kernel, lib, args, arg_slot, grid, block) -> LaunchTrace:
@@ -63,8 +68,18 @@ def take(kernel, lib, args, arg_slot, grid, block) -> LaunchTrace:
     for w in np.unique(recs["where"]):
         if int(w) & _LINE:
             lines[int(w)] = f"{student}:{int(w) & ~_LINE}"
+    lib.cudaemu_trace_snap_count.restype = ctypes.c_uint64
+    lib.cudaemu_trace_snap_bytes.restype = ctypes.c_uint64
+    lib.cudaemu_trace_snap_record_size.restype = ctypes.c_uint64
+    lib.cudaemu_trace_snap_take.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    if lib.cudaemu_trace_snap_record_size() != _SNAP.itemsize:
+        raise RuntimeError("csrc/trace.h's SnapRec and trace.py's _SNAP disagree")
+    snaps = np.zeros(int(lib.cudaemu_trace_snap_count()), _SNAP)
+    data = np.zeros(int(lib.cudaemu_trace_snap_bytes()), np.uint8)
+    if len(snaps):
+        lib.cudaemu_trace_snap_take(snaps.ctypes.data, data.ctypes.data)
     return LaunchTrace(kernel.name, tuple(grid), tuple(block), arrays, recs, lines,
-                       bool(lib.cudaemu_trace_cut()))
+                       bool(lib.cudaemu_trace_cut()), snaps, data, student)
 
 
 def _elements(recs: np.ndarray, itemsize: int) -> tuple[np.ndarray, np.ndarray]:
@@ -164,6 +179,63 @@ def _first_step_only(mine: list[LaunchTrace], theirs: list[LaunchTrace]) -> str 
     return None
 
 
+def _words(data: np.ndarray, offset: int, size: int) -> np.ndarray:
+    raw = data[offset:offset + size]
+    return raw[:len(raw) // 4 * 4].view(np.float32)
+
+
+def _first_shared_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) -> str | None:
+    """The first __syncthreads at which a block's shared memory holds other values than the finished
+    version's same block at its same barrier, and the last store into the first differing word."""
+    for i, (a, b) in enumerate(zip(mine, theirs), 1):
+        which = f"launch {i} ({a.kernel})" if len(mine) > 1 or len(theirs) > 1 else a.kernel
+        if a.snaps is None or b.snaps is None or not len(a.snaps) or a.cut or b.cut:
+            continue
+        if a.grid != b.grid or a.block != b.block:
+            return None
+        if a.snaps["static_bytes"][0] != b.snaps["static_bytes"][0] or \
+                (len(b.snaps) and a.snaps["bytes"][0] != b.snaps["bytes"][0]):
+            return None                          # another layout of shared memory: not comparable
+        theirs_at = {(int(r["block"]), int(r["index"])): r for r in b.snaps}
+        for r in a.snaps:
+            o = theirs_at.get((int(r["block"]), int(r["index"])))
+            if o is None:
+                continue
+            x = _words(a.snap_data, int(r["offset"]), int(r["bytes"]))
+            y = _words(b.snap_data, int(o["offset"]), int(o["bytes"]))
+            with np.errstate(invalid="ignore", over="ignore"):
+                same = (x.view(np.uint32) == y.view(np.uint32)) | (np.isnan(x) & np.isnan(y)) | \
+                       (np.abs(x - y) <= 1e-5 * np.maximum(np.abs(x), np.abs(y)))
+            if same.all():
+                continue
+            bad = np.flatnonzero(~same)
+            w = int(bad[0])
+            blk, k = int(r["block"]), int(r["index"])
+            static = int(r["static_bytes"])
+            byte = 4 * w
+            region = (f"byte {byte} of the static shared memory" if byte < static
+                      else f"byte {byte - static} of the dynamic shared memory")
+            stores = a.records[(a.records["arg"] == -1) & (a.records["block"] == blk) & (a.records["epoch"] < k)
+                               & (a.records["off"] <= byte) & (a.records["off"] + a.records["size"] > byte)]
+            if len(stores):
+                last = stores[-1]
+                wrote = (f"; the last store to it before that barrier is at {_where(a.lines, last['where'])}, "
+                         f"by thread {int(last['thread'])}")
+            else:
+                wrote = "; no ordinary store wrote it before that barrier (a copy did, or nothing)"
+            barrier = f"line {int(r['line'])}" + _source(f"{a.student}:{int(r['line'])}")
+            return (f"first divergence from the finished version, traced on the emulator: in {which}, block "
+                    f"{_block_coords(blk, a.grid)} reads and writes the same global elements as the finished "
+                    f"version's, but at its {_nth(k - 1)} __syncthreads() ({barrier}) its shared memory differs "
+                    f"in {len(bad)} of {len(x)} words: {region} holds {_val(x[w])} where the finished "
+                    f"version's holds {_val(y[w])}{wrote}.")
+    return None
+
+
+def _val(v) -> str:
+    return f"{float(v):.6g}"
+
+
 def _nth(k: int) -> str:
     n = k + 1
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
@@ -239,6 +311,9 @@ def first_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace], partial
             out.append(" ".join(part))
         return (f"first divergence from the finished version, traced on the emulator: in {which}, block "
                 f"{_block_coords(blk, a.grid)} " + "; it ".join(out) + ".")
+    shared = _first_shared_divergence(mine, theirs)
+    if shared:
+        return shared
     if len(mine) != len(theirs):
         return (f"the kernel launches {len(mine)} time(s) where the finished version launches "
                 f"{len(theirs)} time(s); the launches both make read and write the same elements.")

@@ -45,6 +45,7 @@ static int counting;
 static int tracing;    // trace.h
 static void trace_global(int row, int arg, uintptr_t addr, unsigned size, int write);
 static void trace_outside(int row, uintptr_t addr, unsigned size, int write);
+static void trace_shared_write(int row, const char* c, unsigned size);
 static CountedAccess* acc_log;
 static size_t acc_n, acc_cap;
 static int acc_overflow;
@@ -113,6 +114,7 @@ static void count_access(uintptr_t pc, const void* p, unsigned size, int write) 
   int arg;
   if (in_static(c, size) || in_dynamic(c, size)) {
     arg = -1;
+    if (tracing && write) trace_shared_write(row_of(pc), c, size);
   } else {
     arg = -2;
     for (int i = 0; i < n_array_args && i < 64; ++i)

@@ -46,6 +46,8 @@ static void counters_block_start(int nthreads);
 static void counters_block_end(int nthreads);
 // Tracing (trace.h, included at the end): the runtime's own copies from global memory.
 static void trace_copy(const void* src, unsigned size, int line);
+static void trace_barrier(int line);
+static void trace_block_start();
 
 struct uint3 { unsigned int x, y, z; };
 struct dim3 { unsigned int x, y, z; };
@@ -1166,6 +1168,7 @@ static int describe_stuck(int nthreads) {
     all &= fibers[i].pred;
     any |= fibers[i].pred;
   }
+  trace_barrier(first->wait_line);
   barrier_result = first->wait_op == B_COUNT ? count : first->wait_op == B_AND ? all
                  : first->wait_op == B_OR ? any : 0;
   for (int i = 0; i < nthreads; ++i) fibers[i].state = RUNNABLE;
@@ -1327,6 +1330,7 @@ EXPORT int cudaemu_launch(void (*entry)(void**), void** args, const uint32_t* gr
       }
     }
     counters_block_start(nthreads);
+    trace_block_start();
     if (run_block(nthreads, perm) != 0) { rc = -1; break; }
     counters_block_end(nthreads);
   }

@@ -1,7 +1,10 @@
 // Tracing: which elements of each array argument every block reads and writes, for the grader's
 // first-divergence report (grader/runtimes/cpu/trace.py). Included after counters.h, whose counting
 // build calls trace_global for every load and store of an array argument; the runtime's own copies
-// (cp.async) call trace_copy with the student's line. Off unless cudaemu_trace_begin turned it on.
+// (cp.async) call trace_copy with the student's line. Stores to shared memory are traced too (arg
+// -1, their offset in the block's shared window: static, then dynamic), and at every __syncthreads
+// the block's shared memory is copied (a snapshot), so that the grader can find the first barrier
+// where a tile differs and the last store into it. Off unless cudaemu_trace_begin turned it on.
 
 struct TraceRec {
   uint64_t off;      // byte offset in the array
@@ -11,7 +14,16 @@ struct TraceRec {
   int8_t arg;        // index into array_args
   uint8_t write;
   uint16_t thread;   // linear thread id in the block
-  uint16_t pad;
+  uint16_t epoch;    // __syncthreads the block had passed when the access was made
+};
+
+struct SnapRec {     // shared memory at one __syncthreads of one block
+  uint64_t offset;   // into snap_data
+  uint64_t bytes;    // static bytes + dynamic bytes
+  uint32_t block;
+  uint32_t index;    // the block's barrier count (1: its first __syncthreads)
+  int32_t line;
+  uint32_t static_bytes;
 };
 
 static const uint32_t TRACE_LINE = 0x80000000u;
@@ -20,6 +32,13 @@ static const size_t TRACE_LIMIT = (size_t)1 << 24;   // records at most (384 MB)
 static TraceRec* trace_log;
 static size_t trace_n, trace_cap;
 static int trace_cut;
+
+static uint32_t trace_epoch;   // __syncthreads the current block has passed
+static SnapRec* snaps;
+static size_t snap_n, snap_cap;
+static char* snap_data;
+static size_t snap_used, snap_data_cap;
+static const size_t SNAP_LIMIT = (size_t)256 << 20;   // bytes of snapshots at most: beyond, marked cut
 
 static void trace_add(int arg, uintptr_t addr, unsigned size, int write, uint32_t where) {
   if (trace_n == trace_cap) {
@@ -31,8 +50,9 @@ static void trace_add(int arg, uintptr_t addr, unsigned size, int write, uint32_
     trace_cap = ncap;
   }
   uint32_t block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-  trace_log[trace_n++] = {(uint64_t)(addr - array_args[arg].lo), block, where, (uint16_t)size, (int8_t)arg,
-                          (uint8_t)write, (uint16_t)(cur ? cur->linear : 0), 0};
+  uintptr_t base = arg >= 0 ? array_args[arg].lo : 0;
+  trace_log[trace_n++] = {(uint64_t)(addr - base), block, where, (uint16_t)size, (int8_t)arg,
+                          (uint8_t)write, (uint16_t)(cur ? cur->linear : 0), (uint16_t)trace_epoch};
 }
 
 static void trace_global(int row, int arg, uintptr_t addr, unsigned size, int write) {
@@ -52,6 +72,46 @@ static void trace_outside(int row, uintptr_t addr, unsigned size, int write) {
     }
 }
 
+// A store to shared memory: its offset in the window (static bytes first, then dynamic).
+static void trace_shared_write(int row, const char* c, unsigned size) {
+  if (!tracing || row < 0 || !cur) return;
+  size_t static_bytes = (size_t)(__stop_cuda_shared - __start_cuda_shared);
+  uintptr_t off = in_static(c, size) ? (uintptr_t)(c - __start_cuda_shared)
+                                     : (uintptr_t)static_bytes + (uintptr_t)(c - smem_dyn);
+  trace_add(-1, off, size, 1, (uint32_t)row);
+}
+
+static void trace_block_start() { trace_epoch = 0; }
+
+// A __syncthreads every thread of the block reached: copy the block's shared memory.
+static void trace_barrier(int line) {
+  if (!tracing) return;
+  ++trace_epoch;
+  size_t static_bytes = (size_t)(__stop_cuda_shared - __start_cuda_shared);
+  size_t bytes = static_bytes + (smem_dyn ? smem_dyn_bytes : 0);
+  if (trace_cut || snap_used + bytes > SNAP_LIMIT) { trace_cut = 1; return; }
+  if (snap_n == snap_cap) {
+    size_t ncap = snap_cap ? snap_cap * 2 : 256;
+    SnapRec* n = (SnapRec*)realloc(snaps, sizeof(SnapRec) * ncap);
+    if (!n) { trace_cut = 1; return; }
+    snaps = n;
+    snap_cap = ncap;
+  }
+  if (snap_used + bytes > snap_data_cap) {
+    size_t ncap = snap_data_cap ? snap_data_cap : (size_t)1 << 20;
+    while (ncap < snap_used + bytes) ncap *= 2;
+    char* n = (char*)realloc(snap_data, ncap);
+    if (!n) { trace_cut = 1; return; }
+    snap_data = n;
+    snap_data_cap = ncap;
+  }
+  if (static_bytes) memcpy(snap_data + snap_used, __start_cuda_shared, static_bytes);
+  if (smem_dyn && smem_dyn_bytes) memcpy(snap_data + snap_used + static_bytes, smem_dyn, smem_dyn_bytes);
+  uint32_t block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  snaps[snap_n++] = {(uint64_t)snap_used, (uint64_t)bytes, block, trace_epoch, line, (uint32_t)static_bytes};
+  snap_used += bytes;
+}
+
 static void trace_copy(const void* src, unsigned size, int line) {
   if (!tracing || !cur || !size) return;
   uintptr_t c = (uintptr_t)src;
@@ -62,7 +122,14 @@ static void trace_copy(const void* src, unsigned size, int line) {
     }
 }
 
-EXPORT void cudaemu_trace_begin() { tracing = 1; trace_n = 0; trace_cut = 0; }
+EXPORT void cudaemu_trace_begin() { tracing = 1; trace_n = 0; trace_cut = 0; snap_n = 0; snap_used = 0; }
+EXPORT uint64_t cudaemu_trace_snap_count() { return snap_n; }
+EXPORT uint64_t cudaemu_trace_snap_bytes() { return snap_used; }
+EXPORT uint64_t cudaemu_trace_snap_record_size() { return sizeof(SnapRec); }
+EXPORT void cudaemu_trace_snap_take(SnapRec* recs, char* data) {
+  memcpy(recs, snaps, sizeof(SnapRec) * snap_n);
+  memcpy(data, snap_data, snap_used);
+}
 EXPORT void cudaemu_trace_end() { tracing = 0; }
 EXPORT uint64_t cudaemu_trace_count() { return trace_n; }
 EXPORT int cudaemu_trace_cut() { return trace_cut; }
