@@ -354,7 +354,7 @@ class CpuRuntime(Runtime):
                     lib.cudaemu_counters_end()
                 if self.tracing:
                     from .trace import take
-                    self.trace_log.append(take(kernel, lib, args, arg_slot, grid, block))
+                    self.trace_log.append(take(kernel, lib, args, arg_slot, grid, block, views))
             if self.counting:
                 from .counters import collect
                 self.counter_log.append(collect(kernel, lib, args, arg_slot, grid, block, shared_mem))

@@ -36,9 +36,10 @@ class LaunchTrace:
     snaps: np.ndarray = None       # _SNAP: shared memory at each __syncthreads of each block
     snap_data: np.ndarray = None   # their bytes
     student: str = ""
+    final: dict = None             # array slot -> its contents after the launch (the arrays it wrote)
 
 
-def take(kernel, lib, args, arg_slot, grid, block) -> LaunchTrace:
+def take(kernel, lib, args, arg_slot, grid, block, views=None) -> LaunchTrace:
     """The trace of the launch that just ran (called by CpuRuntime._launch)."""
     lib.cudaemu_trace_end()
     lib.cudaemu_trace_count.restype = ctypes.c_uint64
@@ -78,8 +79,10 @@ def take(kernel, lib, args, arg_slot, grid, block) -> LaunchTrace:
     data = np.zeros(int(lib.cudaemu_trace_snap_bytes()), np.uint8)
     if len(snaps):
         lib.cudaemu_trace_snap_take(snaps.ctypes.data, data.ctypes.data)
+    written = {int(x) for x in np.unique(recs["arg"][recs["write"] == 1]) if x >= 0}
+    final = {slot: np.array(views[slot]) for slot in written} if views is not None else {}
     return LaunchTrace(kernel.name, tuple(grid), tuple(block), arrays, recs, lines,
-                       bool(lib.cudaemu_trace_cut()), snaps, data, student)
+                       bool(lib.cudaemu_trace_cut()), snaps, data, student, final)
 
 
 def _elements(recs: np.ndarray, itemsize: int) -> tuple[np.ndarray, np.ndarray]:
@@ -232,6 +235,50 @@ def _first_shared_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace])
     return None
 
 
+def _first_value_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) -> str | None:
+    """Where reads, writes and shared memory all agree: the first stored element whose value differs,
+    the store that wrote it, and the barrier before it (the values part in registers after it, or in
+    registers carried across it)."""
+    for i, (a, b) in enumerate(zip(mine, theirs), 1):
+        which = f"launch {i} ({a.kernel})" if len(mine) > 1 or len(theirs) > 1 else a.kernel
+        if not a.final or not b.final or a.grid != b.grid or a.block != b.block:
+            continue
+        for slot in sorted(set(a.final) & set(b.final)):
+            x, y = a.final[slot], b.final[slot]
+            if x.shape != y.shape or x.dtype.kind != "f":
+                continue
+            xf, yf = x.astype(np.float64).ravel(), y.astype(np.float64).ravel()
+            scale = np.nanmax(np.abs(yf)) if np.isfinite(yf).any() else 1.0
+            with np.errstate(invalid="ignore"):
+                bad = ~((xf == yf) | (np.isnan(xf) & np.isnan(yf)) | (np.abs(xf - yf) <= 1e-5 * scale + 1e-30))
+            if not bad.any():
+                continue
+            e = int(np.flatnonzero(bad)[0])
+            name, shape, itemsize = a.arrays[slot]
+            byte = e * itemsize
+            w = a.records[(a.records["arg"] == slot) & (a.records["write"] == 1) & (a.records["off"] <= byte)
+                          & (a.records["off"] + a.records["size"] > byte)]
+            if not len(w):
+                return None
+            last = w[-1]
+            blk, epoch = int(last["block"]), int(last["epoch"])
+            before = ""
+            if a.snaps is not None and epoch:
+                at = a.snaps[(a.snaps["block"] == blk) & (a.snaps["index"] == epoch)]
+                if len(at):
+                    ln = int(at[0]["line"])
+                    before = (f", after its {_nth(epoch - 1)} __syncthreads() (line {ln}"
+                              f"{_source(f'{a.student}:{ln}')})")
+            return (f"first divergence from the finished version, traced on the emulator: in {which}, every block "
+                    "reads and writes the same global elements as the finished version's, and its shared memory "
+                    "holds the same values at every __syncthreads(); the first stored value that differs, "
+                    f"{describe(name, shape, np.array([e]))} = {_val(xf[e])} (the finished version stores "
+                    f"{_val(yf[e])}), is stored at {_where(a.lines, last['where'])} by thread {int(last['thread'])} "
+                    f"of block {_block_coords(blk, a.grid)}{before}. So the values part in registers: in what that "
+                    "thread computes before the store, or in values it keeps in registers across the barriers.")
+    return None
+
+
 def _val(v) -> str:
     return f"{float(v):.6g}"
 
@@ -311,7 +358,7 @@ def first_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace], partial
             out.append(" ".join(part))
         return (f"first divergence from the finished version, traced on the emulator: in {which}, block "
                 f"{_block_coords(blk, a.grid)} " + "; it ".join(out) + ".")
-    shared = _first_shared_divergence(mine, theirs)
+    shared = _first_shared_divergence(mine, theirs) or _first_value_divergence(mine, theirs)
     if shared:
         return shared
     if len(mine) != len(theirs):
