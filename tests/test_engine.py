@@ -27,11 +27,11 @@ def test_a_crashing_process_is_a_failed_case_and_the_grader_carries_on(tmp_path)
 
 @pytest.mark.slow
 def test_a_hang_is_stopped_by_the_time_limit(tmp_path):
-    report = run_check(EX, write(tmp_path, "    while True: time.sleep(0.01)\n"), "cpu", 1,
+    report = run_check(EX, write(tmp_path, "    while True: pass\n"), "cpu", 1,
                        case_timeout=3, cases=CASES)
     first, second = report["cases"]
     assert first["kind"] == "timeout"
-    assert "did not finish within 3 s" in first["message"]
+    assert "did not finish within 3 s of CPU time" in first["message"]
     assert "attempt.py:5" in first["message"]          # SIGINT first: the Python line that spun
     assert second["kind"] == "not_run" and "did not finish in time" in second["message"]
 
@@ -99,6 +99,22 @@ def test_compiling_does_not_count_against_a_case():
     watch.on_result = seen.append
     watch.handle({"event": "result", "result": {"name": "a", "passed": True}})
     assert [c["name"] for c in seen] == ["a"] and watch.running is None
+
+
+def test_a_case_is_limited_by_the_childs_cpu_time_with_the_wall_clock_as_a_backstop():
+    """Two checks per core double the wall time of a case, not its CPU time: the verdict is the same."""
+    from grader.engine import check
+    wall, cpu = [0.0], [0.0]
+    watch = check._Watch(10.0, {"a": {}}, None, clock=lambda: wall[0], cpu=lambda: cpu[0])
+    watch.handle({"event": "start", "case": "a"})
+    wall[0], cpu[0] = 19.0, 9.5                      # a loaded machine: half the CPU per second
+    assert not watch.expired()
+    cpu[0] = 10.5
+    assert watch.expired() and not watch.idle
+    watch.handle({"event": "start", "case": "b"})     # a case that waits rather than computes
+    wall[0] += 10.0 * check.WALL_FACTOR + 1
+    assert watch.expired() and watch.idle
+    assert "waiting, not computing" in check.timeout_message(10.0, idle=True)
 
 
 def test_the_default_time_limits_are_seconds_not_minutes():
@@ -318,6 +334,21 @@ def test_an_output_never_written_while_others_were_is_named_as_such():
     seen = [s.text for s in observations(Context(None, {}, {}, ref, out, cmp))]
     assert seen[0].startswith("dv was never written at all")
     assert any(s.startswith("5 of 6 elements of dk were never written") for s in seen), seen
+
+
+def test_a_kernel_that_writes_nothing_though_every_todo_has_code_is_not_called_unimplemented(tmp_path):
+    from grader import paths
+    text = paths.committed_text(paths.solution_file(EX.id))
+    for kernel in ("scores_kernel", "softmax_kernel", "output_kernel"):
+        head = f'extern "C" __global__ void {kernel}('
+        assert head in text, "a kernel of module 00 changed its name: update this test"
+        start = text.index("{", text.index(head))
+        text = text[:start + 1] + "\n    if (blockDim.x > 0) return;" + text[start + 1:]
+    f = tmp_path / "nothing.py"
+    f.write_text(text)
+    case = run_check(EX, f, "cpu", 1, cases=["tiny"])["cases"][0]
+    assert case["kind"] == "checked" and "not implemented yet" not in case["message"], case["message"]
+    assert "every TODO" in case["message"] and "with grid" in case["message"]
 
 
 def test_row_factors_say_when_one_factor_holds_for_the_whole_array_and_word_gradients_as_such():

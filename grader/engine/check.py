@@ -45,11 +45,15 @@ TIMEOUT_ADVICE = ("Look for a loop that never ends (a bound that never grows, a 
                   "is only slow, allow it more time: --timeout SECONDS.")
 
 
-def timeout_message(limit: float, where: str = "", cpu: bool = True) -> str:
+def timeout_message(limit: float, where: str = "", cpu: bool = True, idle: bool = False) -> str:
     """The verdict of a case stopped by its time limit; `where` is the child's report of the line
-    that was running, if it gave one; `cpu`: the limit was counted in CPU time."""
+    that was running, if it gave one; `cpu`: the limit was counted in CPU time; `idle`: the wall
+    clock stopped it, WALL_FACTOR times the limit, while it used less CPU time than that."""
     within = (f"within {limit:g} s of CPU time (compiling excluded), many times what a correct kernel "
               "needs" if cpu else f"within {limit:g} s (compiling excluded)")
+    if idle:
+        within = (f"within {WALL_FACTOR * limit:g} s, in which it used less than {limit:g} s of CPU time: it "
+                  "was waiting, not computing")
     if where:
         where = where.rstrip(".")
         head = f"the case did not finish {within}. {where[:1].upper()}{where[1:]}."
@@ -174,6 +178,7 @@ class _Watch:
         self._left = 0.0                          # the case's time left when a compile began
         self.interrupted = False                  # SIGINT sent: a timeout verdict gets its message here
         self.divergence: dict | None = None       # the child's trace of the first failing case
+        self.idle = False                         # stopped by the wall clock while using little CPU
 
     def _limit(self, now: float, seconds: float) -> None:
         if self.cpu is None:
@@ -183,6 +188,7 @@ class _Watch:
 
     def expired(self) -> bool:
         if self.clock() > self.deadline:
+            self.idle = self.cpu_deadline is not None      # the wall-clock backstop, not the CPU limit
             return True
         return self.cpu_deadline is not None and self.cpu() > self.cpu_deadline
 
@@ -204,7 +210,7 @@ class _Watch:
         elif kind == "result":
             r = CaseResult(**ev["result"])
             if self.interrupted and r.kind == "timeout":
-                r.message = timeout_message(self.case_timeout, r.message, self.cpu is not None)
+                r.message = timeout_message(self.case_timeout, r.message, self.cpu is not None, self.idle)
             self.record(r)
             self.running, self.compiling = None, False
             self.deadline, self.cpu_deadline = now + STARTUP_TIMEOUT, None
@@ -291,7 +297,8 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
                         _kill(proc)
                         if running not in watch.results:
                             watch.record(CaseResult(running, False, kind="timeout",
-                                                    message=timeout_message(case_timeout, cpu=watch.cpu is not None)))
+                                                    message=timeout_message(case_timeout, cpu=watch.cpu is not None,
+                                                                            idle=watch.idle)))
                         not_run = "not run: an earlier case did not finish in time"
                     else:
                         _kill(proc)

@@ -1,0 +1,71 @@
+"""The first divergence: a failure no replay explains is traced on the emulator against the finished
+version, and the report says where the two first part, with the line (engine/diverge.py,
+runtimes/cpu/trace.py). Each kernel here carries a bug no replay family holds."""
+import pytest
+
+from grader import catalogue, paths
+from grader.engine.check import run_check
+
+EX = catalogue.resolve("02_flash_forward")
+
+
+def planted(tmp_path, old, new, name):
+    text = paths.committed_text(paths.solution_file(EX.id))
+    assert old in text, "the solution changed: update this test's edit"
+    f = tmp_path / name
+    f.write_text(text.replace(old, new, 1))
+    line = next(i for i, t in enumerate(f.read_text().splitlines(), 1) if new.splitlines()[0] in t)
+    return f, line
+
+
+def first_failure(path, case):
+    report = run_check(EX, path, "cpu", 7, cases=[case])
+    return next(c for c in report["cases"] if not c["passed"])
+
+
+@pytest.mark.slow
+def test_a_block_reading_another_kv_head_is_traced_to_its_load(tmp_path):
+    f, _ = planted(tmp_path, "const float* k_bh = k + (size_t)(b * H_kv + h_kv) * n_k * D;",
+                   "const float* k_bh = k + (size_t)(b * H_kv + (H_kv - 1 - h_kv)) * n_k * D;", "k_head.py")
+    text = f.read_text()
+    load = next(i for i, t in enumerate(text.splitlines(), 1) if "k_bh + (size_t)(kv_start + j) * D" in t)
+    case = first_failure(f, "below_tile")          # H = Hkv = 2
+    assert case["cause"] is None
+    said = case["divergence"]
+    assert said and "first divergence" in said and f"line {load}" in said, said
+    assert "k[0, 1," in said and "k[0, 0," in said, said      # the head it reads, the head it should
+
+
+@pytest.mark.slow
+def test_a_value_bug_in_shared_memory_names_the_barrier_and_the_store(tmp_path):
+    f, line = planted(tmp_path, "make_float4(s[0][n], s[1][n], s[2][n], s[3][n]);",
+                      "make_float4(s[0][n], s[1][n], s[3][n], s[2][n]);", "p_rows.py")
+    case = first_failure(f, "tiny")
+    said = case["divergence"]
+    assert said and "__syncthreads()" in said and "shared memory differs" in said, said
+    assert f"line {line - 1}" in said or f"line {line}" in said, said     # the store of P into p_s
+
+
+def test_without_a_finished_version_the_trace_is_skipped_and_says_so(tmp_path, monkeypatch):
+    from grader.engine import diverge
+    from grader.spec import Case
+
+    def missing(ex_id, feature):
+        from grader.errors import GraderError
+        raise GraderError("no solution here")
+    monkeypatch.setattr("grader.release.solution_path", missing)
+    assert diverge.first_divergence(EX, None, Case("tiny", {}), 7) == diverge.NO_SOLUTION
+
+
+def test_a_source_put_together_from_pieces_is_cited_at_the_students_lines(tmp_path):
+    from grader.runtimes.base import generated_lines, line_text, placed, register_origin
+    f = tmp_path / "pieces.py"
+    body = "\n".join(f"int line_{i} = {i};" for i in range(10))
+    f.write_text(f'KERNEL = r"""\n{body}\n@HELPERS@\n{body.replace("line_", "after_")}\n"""\n')
+    register_origin(f)
+    text = f.read_text()
+    source = text.split('r"""', 1)[1].split('"""')[0].replace("@HELPERS@", "int gen_a;\nint gen_b;\nint gen_c;")
+    out = placed(source)
+    assert '#line 2 "pieces.py"' in out and '"pieces.py@12"' in out, out
+    assert line_text(source, 14) == "int after_1 = 1;"
+    assert generated_lines("pieces.py@12:2: boom") == "pieces.py:12 (line 2 of the code generated in place of line 12): boom"
