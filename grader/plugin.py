@@ -79,7 +79,7 @@ class CheckRun:
         shape = parse_shape(opt("grader_shape")) if opt("grader_shape") else None
         self.cases = select_cases(self.ex, opt("grader_cases"), shape)
         self.shrink = not opt("grader_no_shrink")
-        self.trace = self.shrink and self.backend == "cpu"   # the first divergence: with exploring, on the emulator
+        self.trace = self.shrink            # the first divergence (on the emulator, on either backend)
         self.plot_dir = opt("grader_plot_dir")
         self.events = open(opt("grader_events"), "a", buffering=1) if opt("grader_events") else None
         self.failures_seen = 0
@@ -199,8 +199,12 @@ class CheckRun:
         """When no replay reproduced the first failing case, trace it (shrunk, where a smaller shape
         was found) and the finished version on the emulator, and send where they first part
         (engine/diverge.py) to the parent, which adds it when the check states no cause."""
-        first = next((r for r in self.results if not r.passed and r.kind != "not_run"), None)
-        if first is None or first.candidates or not self.trace:
+        import copy
+        from .engine.verdict import settle
+        trial = copy.deepcopy(self.results)      # the verdict the parent will settle on: traced only
+        settle(trial)                            # where it states no cause
+        first = next((r for r in trial if not r.passed and r.kind != "not_run"), None)
+        if first is None or first.cause or not self.trace:
             return
         if first.kind != "checked" and not (first.kind == "error" and "out-of-bounds" in first.message):
             return
