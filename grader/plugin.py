@@ -79,7 +79,8 @@ class CheckRun:
         shape = parse_shape(opt("grader_shape")) if opt("grader_shape") else None
         self.cases = select_cases(self.ex, opt("grader_cases"), shape)
         self.shrink = not opt("grader_no_shrink")
-        self.trace = self.shrink            # the first divergence (on the emulator, on either backend)
+        # The first divergence (on the emulator, on either backend); GRADER_TRACE=0 turns it off.
+        self.trace = self.shrink and os.environ.get("GRADER_TRACE", "1") != "0"
         self.plot_dir = opt("grader_plot_dir")
         self.events = open(opt("grader_events"), "a", buffering=1) if opt("grader_events") else None
         self.failures_seen = 0

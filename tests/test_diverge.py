@@ -18,6 +18,11 @@ def planted(tmp_path, old, new, name):
     return f, line
 
 
+@pytest.fixture(autouse=True)
+def tracing(monkeypatch):
+    monkeypatch.setenv("GRADER_TRACE", "1")       # conftest.py turns it off for the rest of the suite
+
+
 def first_failure(path, case):
     report = run_check(EX, path, "cpu", 7, cases=[case])
     return next(c for c in report["cases"] if not c["passed"])

@@ -100,6 +100,16 @@ def placed(source: str) -> str:
     if best is None:
         return '#line 1 "kernel.cu"\n' + source
     path, blocks, _ = best
+
+    def boundary(out: list) -> bool:
+        """May a directive go here? Only between statements: never inside an asm statement, a macro
+        or an expression that spans lines (the last code line ends a statement, a block or a
+        directive)."""
+        for text in reversed(out):
+            code = text.split("//", 1)[0].strip()
+            if code:
+                return code.startswith("#") and not code.endswith("\\") or code.endswith((";", "{", "}"))
+        return True
     out, i, file_end = [], 0, 0
     for b in blocks + [None]:
         a_start = b.a if b else len(lines)
@@ -109,14 +119,13 @@ def placed(source: str) -> str:
                 if not out:
                     out.append(f'#line {b.b + 1 - len(run)} "{path.name}"')
                 out.extend(run)
-            elif out and out[-1].endswith("\\"):          # inside a macro: no directive may cut it
-                out.extend(lines[i:a_start])
             else:
-                out.append(f'#line 1 "{path.name}{GENERATED}{file_end + 1}"')
-                out.extend(lines[i:a_start])
+                if boundary(out):
+                    out.append(f'#line 1 "{path.name}{GENERATED}{file_end + 1}"')
+                out.extend(run)
         if b is None:
             break
-        if not (out and out[-1].endswith("\\")):
+        if boundary(out):
             out.append(f'#line {b.b + 1} "{path.name}"')
         out.extend(lines[b.a:b.a + b.size])
         i, file_end = b.a + b.size, b.b + b.size
