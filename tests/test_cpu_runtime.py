@@ -390,6 +390,38 @@ def test_missing_barrier_before_reusing_a_shared_tile_is_a_race(rt):
     assert not np.allclose(y, ref, rtol=1e-4)
 
 
+PLANTED_RACE = r"""
+extern "C" __global__ void shift_sum(const float* __restrict__ x, float* __restrict__ y)
+{
+    extern __shared__ float smem[];
+    float* vals = smem + 32;
+    vals[threadIdx.x] = 2.f * x[threadIdx.x];                                 // @race_write
+    // BUG: the barrier between the two lines is missing
+    y[threadIdx.x] = vals[threadIdx.x] + vals[(threadIdx.x + 33) % 64];       // @race_read
+}
+"""
+
+
+def test_a_race_is_named_like_racecheck(rt):
+    """The order dependence is explained by the race behind it: both lines with their text, both
+    threads, the write and the read, the shared array and its element, and no barrier between."""
+    kern = rt.compile(PLANTED_RACE).get_function("shift_sum")
+    x = np.arange(64, dtype=np.float32)
+    y = np.zeros(64, np.float32)
+    with pytest.raises(KernelFault) as e:
+        kern((1,), (64,), (x, y), shared_mem=96 * 4)
+    msg = str(e.value)
+    assert msg.startswith(f"{at('race_write')}: shift_sum: data race in block (0, 0, 0) on vals[0], byte 128 of "
+                          "the dynamic shared memory (`extern __shared__ float smem[]`: smem[32])"), msg
+    assert (f"thread (0, 0, 0) writes it at {at('race_write')} (`vals[threadIdx.x] = 2.f * x[threadIdx.x];`)"
+            in msg), msg
+    assert f"thread (31, 0, 0) reads it at {at('race_read')} (`y[threadIdx.x] = vals[threadIdx.x]" in msg, msg
+    assert "no __syncthreads() separates the two accesses" in msg
+    assert f"between the write (line {line_of('race_write')}) and the read (line {line_of('race_read')})" in msg
+    # What the thread-order check saw stays, as the observation.
+    assert "What was observed: the result depends on the order" in msg and "argument 2 (float* y)" in msg
+
+
 BARRIERS = r"""
 extern "C" __global__ void barrier_in_if(float* __restrict__ y)
 {

@@ -451,7 +451,7 @@ def trim_lens(params: dict) -> dict:
     return out
 
 
-def shrink(ex: Exercise, params: dict, fn, rt, seed: int, path: Path, max_tries=30, budget_s=30.0,
+def shrink(ex: Exercise, params: dict, fn, rt, seed: int, path: Path, max_tries=30, budget_s=15.0,
            clock=None):
     """Greedy: keep taking the first smaller shape that still fails, until none does.
 

@@ -76,7 +76,9 @@ reads it, symbols.py finds the line, faults.py writes the message):
   - outputs computed from shared memory nothing wrote (the NaN poison; a rerun with the FP
     "invalid" trap unmasked names the line that first uses it);
   - data races: a few blocks are rerun from the same inputs with their threads in reverse and
-    shuffled order, and the results must not change (CpuRuntime(race_check='full'|'off'));
+    shuffled order, and the results must not change (CpuRuntime(race_check='full'|'off')); when
+    they do, races.py reruns them in the counting build to name the race as racecheck does (both
+    lines, threads, the shared array and element, no __syncthreads between them);
   - launch errors: wrong scalar types (a Python int for `int`), arrays of the wrong dtype or not
     contiguous, more than 1024 threads, shared memory over 48 KB without opt-in or over 227 KB.
 

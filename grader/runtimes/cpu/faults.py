@@ -145,18 +145,26 @@ def _describe_access(kernel, rec, args, arg_slot, bufs, smem, shared_mem) -> str
 
 
 def race_fault(kernel, args, arg_slot, slot, ref, got, idx, ndiff, sample, grid,
-               how) -> KernelFault:
+               how, named: dict | None = None) -> KernelFault:
     """Rerunning ``sample`` blocks with their threads in another order (``how``) changed the
-    output in guarded buffer ``slot``: ``ref`` became ``got``, first at flat index ``idx``."""
+    output in guarded buffer ``slot``: ``ref`` became ``got``, first at flat index ``idx``.
+    ``named``: the race that explains it (races.describe: 'place' and 'text'), when one was found."""
     i, p, _ = _argument(kernel, args, arg_slot, slot)
     where = np.unravel_index(idx, ref.shape) if ref.ndim > 1 else (idx,)
     blocks = ", ".join(str(_block_coords(b, grid)) for b in sample[:4])
+    observed = (f"running block(s) {blocks} with their threads {how} instead of "
+                f"forward changed argument {i + 1} ({p.ctype} {p.name}) at index "
+                f"{tuple(int(x) for x in where)}: {_num(ref.flat[idx])} became {_num(got.flat[idx])} "
+                f"({ndiff} element(s) differ)")
+    if named is not None:
+        fault = KernelFault(
+            f"{named['place']}: {kernel.name}: {named['text']} What was observed: the result depends on "
+            f"the order in which the threads of a block run: {observed}.")
+        fault.place = named["place"]
+        return fault
     return KernelFault(
         f"{kernel.name}: the result depends on the order in which the threads of a block run. "
-        f"Running block(s) {blocks} with their threads {how} instead of "
-        f"forward changed argument {i + 1} ({p.ctype} {p.name}) at index "
-        f"{tuple(int(x) for x in where)}: {_num(ref.flat[idx])} became {_num(got.flat[idx])} "
-        f"({ndiff} element(s) differ). Most often it is a data race: some thread reads memory that another thread "
+        f"{observed[:1].upper()}{observed[1:]}. Most often it is a data race: some thread reads memory that another thread "
         "writes, with no barrier between them: a __syncthreads() missing between writing a "
         "shared-memory tile and reading it, or at the end of the loop, before the tile is "
         "overwritten for the next iteration; or an index that reaches past the thread's own part "

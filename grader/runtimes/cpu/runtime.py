@@ -168,12 +168,29 @@ class CpuKernel:
 
 class CpuModule:
     def __init__(self, rt: "CpuRuntime", built: _build.Built, signatures, student_file: str,
-                 source: str = ""):
+                 source: str = "", options=(), name_expressions=None, counting: bool = False):
         self._rt, self._built, self._sig, self.source = rt, built, signatures, source
         self._lib = load(built.path)
         self.student_file = student_file
         self.static_shared_bytes = int(self._lib.cudaemu_static_shared_bytes())
         self._kernels: dict[str, CpuKernel] = {}
+        self._options, self._names, self._counting = options, name_expressions, counting
+        self._twin: CpuModule | None = None
+
+    def counting_twin(self) -> "CpuModule":
+        """The same module built for counting (every load and store logged: races.py names a race
+        from it), through the runtime's compile, so that a caller timing compiles sees this one."""
+        if self._counting:
+            return self
+        if self._twin is None:
+            rt = self._rt
+            saved = rt.counting
+            rt.counting = True
+            try:
+                self._twin = rt.compile(self.source, self._options, self._names)
+            finally:
+                rt.counting = saved
+        return self._twin
 
     def get_function(self, name: str) -> CpuKernel:
         if name not in self._kernels:
@@ -273,7 +290,8 @@ class CpuRuntime(Runtime):
         kernels = list(signatures) + [n for n in names if n not in signatures]
         built = _build.build(code, kernels, kernels, options, nvrtc_checked is not False,
                              counting=self.counting)
-        return CpuModule(self, built, signatures, student_file, source)
+        return CpuModule(self, built, signatures, student_file, source, options, name_expressions,
+                         self.counting)
 
     # -----------------------------------------------------------------------------------------
 
@@ -324,7 +342,8 @@ class CpuRuntime(Runtime):
                     np.copyto(v, a, casting="no")
                     b.fill_canary()
 
-            def run(blocks, order, what):
+            def run(blocks, order, what, kern=None):
+                kern = kern or kernel      # races.py runs the counting build's twin of the kernel
                 rec = FaultRecord()
                 g = (ctypes.c_uint32 * 3)(*grid)
                 bl = (ctypes.c_uint32 * 3)(*block)
@@ -333,9 +352,10 @@ class CpuRuntime(Runtime):
                 else:
                     arr = (ctypes.c_int64 * len(blocks))(*blocks)
                     bptr, nb = arr, len(blocks)
-                rc = lib.cudaemu_launch(kernel._entry, argv, g, bl,
-                                        smem.addr if smem else None, shared_mem, bptr, nb, order,
-                                        self.seed + self.launches, ctypes.byref(rec))
+                rc = kern._module._lib.cudaemu_launch(kern._entry, argv, g, bl,
+                                                      smem.addr if smem else None, shared_mem, bptr,
+                                                      nb, order, self.seed + self.launches,
+                                                      ctypes.byref(rec))
                 if rc != 0:
                     raise _faults.launch_fault(kernel, rec, args, arg_slot, bufs, smem,
                                                shared_mem, what)
@@ -365,7 +385,8 @@ class CpuRuntime(Runtime):
                 final = [v.copy() for v in views]
                 lib.cudaemu_set_quiet(1)   # the reruns would print everything again
                 try:
-                    self._race_check(kernel, run, copy_in, views, args, arg_slot, grid, total)
+                    self._race_check(kernel, run, copy_in, views, args, arg_slot, grid, total,
+                                     (arrays, bufs, smem, shared_mem, block))
                 finally:
                     lib.cudaemu_set_quiet(0)
                 for v, f in zip(views, final):
@@ -411,7 +432,7 @@ class CpuRuntime(Runtime):
             for v, f in zip(views, final):
                 np.copyto(v, f)
 
-    def _race_check(self, kernel, run, copy_in, views, args, arg_slot, grid, total) -> None:
+    def _race_check(self, kernel, run, copy_in, views, args, arg_slot, grid, total, launch) -> None:
         if self.race_check == "full" or total <= self.race_blocks:
             sample = list(range(total))
         else:
@@ -431,8 +452,23 @@ class CpuRuntime(Runtime):
                 diff = _differs(ref, v, loose)
                 if diff is not None:
                     ndiff = int(np.count_nonzero(~_same(ref, v)))
-                    raise _faults.race_fault(kernel, args, arg_slot, slot, ref, v, diff, ndiff,
-                                             sample, grid, how)
+                    got = v.copy()
+                    named = self._name_race(kernel, run, copy_in, args, arg_slot, sample, grid, launch)
+                    raise _faults.race_fault(kernel, args, arg_slot, slot, ref, got, diff, ndiff,
+                                             sample, grid, how, named)
+
+    @staticmethod
+    def _name_race(kernel, run, copy_in, args, arg_slot, sample, grid, launch) -> dict | None:
+        """The race behind an order dependence, as racecheck names it (races.py), or None."""
+        from . import races
+        arrays, bufs, smem, shared_mem, block = launch
+        try:
+            race = races.find(kernel, run, copy_in, sample, arrays, bufs)
+            if race is None:
+                return None
+            return races.describe(race, kernel, args, arg_slot, arrays, bufs, smem, shared_mem, grid, block)
+        except Exception:        # noqa: BLE001  (naming is a bonus: the order dependence stands)
+            return None
 
     def _check_canaries(self, kernel, args, arg_slot, bufs) -> None:
         for slot, b in enumerate(bufs):

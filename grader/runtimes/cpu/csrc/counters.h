@@ -250,7 +250,8 @@ static int cmp_word(const void* a, const void* b) {
 // barrier interval, one of them writing, is a race whatever order the threads ran in.
 static void find_race() {
   size_t n = 0;
-  for (size_t i = 0; i < acc_n; ++i) n += (acc_log[i].size + 3) / 4;
+  for (size_t i = 0; i < acc_n; ++i)   // the 4-byte words each access spans (unaligned ones: one more)
+    n += ((acc_log[i].addr + acc_log[i].size - 1) >> 2) - (acc_log[i].addr >> 2) + 1;
   if (n > words_cap) {
     WordAccess* w = (WordAccess*)realloc(words_buf, sizeof(WordAccess) * n);
     if (!w) return;
