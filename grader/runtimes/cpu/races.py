@@ -30,6 +30,7 @@ import numpy as np
 from ..base import KernelFault, line_text
 from .abi import DlInfo, libc
 from .build import strip_code
+from .faults import _block_coords
 from .symbols import addr2line
 
 
@@ -117,11 +118,11 @@ def describe(race: Race, kernel, args, arg_slot, arrays, bufs, smem, shared_mem,
         return None
     via = _via(module, places) if race.arg < 0 else None
     memory = _memory(race, kernel, args, arg_slot, arrays, bufs, smem, shared_mem, module, via)
-    bc = _coords(race.block, grid)
+    bc = _block_coords(race.block, grid)
     parts = []
     for k in range(2):
         rw = "writes" if race.writes[k] else "reads"
-        t = _coords(race.threads[k], block)
+        t = _block_coords(race.threads[k], block)
         line = places[k]
         parts.append(f"thread {t} {rw} it at {student}:{line}{_text(module, student, line)}")
     advice = _advice(race, places, getattr(module, "source", "") or "")
@@ -140,9 +141,6 @@ _WARP_SYNC = re.compile(r"\b__syncwarp\b|\btiled_partition\b|\bcoalesced_threads
 # finder's count does not see either: a pair they order would be named as a race that is none.
 _OTHER_SYNC = re.compile(r"\bbar\.(?:sync|arrive|red)\b|\bbarrier\.(?:sync|arrive)\b|\bmbarrier\.")
 
-
-def _coords(linear: int, dims) -> tuple[int, int, int]:
-    return (linear % dims[0], (linear // dims[0]) % dims[1], linear // (dims[0] * dims[1]))
 
 
 def _student_line(lib_path: str, off: int, student: str) -> int | None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .counters import _addr2line
+from .faults import _block_coords
 
 _LINE = 0x80000000
 _REC = np.dtype([("off", "<i8"), ("block", "<u4"), ("where", "<u4"), ("size", "<u2"), ("arg", "i1"),
@@ -118,10 +119,6 @@ def describe(name: str, shape: tuple, elems: np.ndarray) -> str:
         return f"{name}'s element {int(elems[0])} (flat), outside its {size} elements"
     idx = np.unravel_index(elems, shape) if len(shape) else (elems,)
     return f"{name}[{', '.join(_span(i) for i in idx)}]"
-
-
-def _block_coords(b: int, grid) -> tuple:
-    return (b % grid[0], (b // grid[0]) % grid[1], b // (grid[0] * grid[1]))
 
 
 def _source(where: str) -> str:
