@@ -45,6 +45,8 @@ def pytest_addoption(parser):
                 help="do not look for a smaller failing shape")
     g.addoption("--plot-dir", dest="grader_plot_dir", help="save the first failure's arrays here")
     g.addoption("--events", dest="grader_events", help="append one JSON line per event to this file")
+    g.addoption("--no-confirm", dest="grader_no_confirm", action="store_true",
+                help="on a GPU, do not confirm the verdict on the CPU emulator")
 
 
 _RUN = pytest.StashKey["CheckRun"]()
@@ -84,6 +86,10 @@ class CheckRun:
         self.plot_dir = opt("grader_plot_dir")
         self.events = open(opt("grader_events"), "a", buffering=1) if opt("grader_events") else None
         self.failures_seen = 0
+        self.shape = shape
+        # Run as plain pytest on a GPU, a last item confirms the verdict on the emulator, as
+        # `grader check` does in its parent (which passes --events, so the child never does it).
+        self.confirm = self.backend == "gpu" and self.events is None and not opt("grader_no_confirm")
         self.results: list[CaseResult] = []
         self.compile_seconds = 0.0       # time spent compiling, which no budget counts
         self.stop_reason: str | None = None
@@ -345,13 +351,43 @@ class CaseItem(pytest.Item):
         return self.path, None, f"{self.config.stash[_RUN].ex.id}: {self.case.name}"
 
 
+class ConfirmItem(pytest.Item):
+    """After the cases, on a GPU: engine/check.py's confirmation on the emulator, whose race and bounds
+    checks see what a GPU runs silently. A fault found there fails this item with the emulator's report."""
+
+    def runtest(self):
+        from .engine.check import confirm_on_emulator
+        run = self.config.stash[_RUN]
+        if run.stop_reason or len(run.results) != len(run.cases):
+            pytest.skip("not confirmed on the emulator: not every case ran")
+        before = {r.name: (r.passed, r.kind) for r in run.results}
+        note = confirm_on_emulator(run.ex, run.path, run.seed, run.results,
+                                   [c.name for c in run.cases], run.shape)
+        flipped = next((r for r in run.results if before[r.name] != (r.passed, r.kind)), None)
+        if flipped is not None:
+            raise CaseFailed(flipped)
+        if note and "not confirmed" in note:
+            pytest.skip(note)
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, CaseFailed):
+            r = excinfo.value.result
+            return f"{r.name}: {r.message}"
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.config.stash[_RUN].ex.id}: confirmed on the emulator"
+
+
 class ExerciseFile(pytest.File):
-    """The checked file as pytest sees it: one CaseItem per case."""
+    """The checked file as pytest sees it: one CaseItem per case (and, on a GPU, a ConfirmItem)."""
 
     def collect(self):
         run = self.config.stash[_RUN]
         for case in run.cases:
             yield CaseItem.from_parent(self, name=case.name, case=case)
+        if run.confirm:
+            yield ConfirmItem.from_parent(self, name="confirmed_on_emulator")
 
 
 def pytest_configure(config):
