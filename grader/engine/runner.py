@@ -16,6 +16,7 @@ import numpy as np
 
 from ..catalogue import Exercise
 from ..errors import CompileError, GraderError, KernelFault, LaunchError
+from ..runtimes.provenance import Ledger
 from ..runtimes.base import is_poison, register_origin
 from ..spec import Case
 from ..tasks import load_task
@@ -303,6 +304,7 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     rt.start_poisoning()
     if hasattr(rt, "block_order_check"):      # the emulator: rerun blocks last-first where a task asks
         rt.block_order_check = bool(getattr(task, "BLOCK_ORDER_CHECK", False))
+    ledger = rt.ledger = Ledger(rt, device_inputs)   # the answer must come from the kernels
     try:
         outs = task.call(fn, rt, device_inputs, case.params)
         rt.synchronize()
@@ -326,6 +328,7 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
         return res
     finally:
         rt.poison_outputs = False
+        rt.ledger = None
 
     # Each output's own poison: its elements that still hold it were never written (a NaN holding
     # another array's poison was computed from memory nothing wrote).
@@ -333,6 +336,12 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     out = {k: rt.to_numpy(v) for k, v in outs.items()}
     if hasattr(task, "widen"):        # outputs in a type NumPy lacks (bfloat16 bits) -> float32
         out = task.widen(out, case.params)
+    # The answer must come from the kernels (provenance.py): the outputs, and every buffer they read.
+    # (Outputs that still hold only their poison are a stub's: "not implemented yet" below.)
+    problem = ledger.verdict({k: v for k, v in outs.items() if k not in getattr(task, "TASK_MADE", ())})
+    if problem and not all(is_poison(v, own.get(k)).all() for k, v in out.items() if np.asarray(v).size):
+        res.kind, res.message = "error", problem
+        return res
     for k, v in inputs.items():
         if isinstance(v, np.ndarray) and not np.array_equal(rt.to_numpy(device_inputs[k]), v, equal_nan=True):
             res.message = (f"the kernel changed its input {k!r}. Inputs are read-only: write results "

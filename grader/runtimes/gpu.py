@@ -86,7 +86,12 @@ class GpuKernel:
         kw = {"shared_mem": int(shared_mem)}
         if stream is not None:
             kw["stream"] = stream
+        ledger = self._rt.ledger
+        if ledger is not None:
+            ledger.before(self.name, self.params, args)
         self._raw(grid, block, args, **kw)
+        if ledger is not None:
+            ledger.after(self.name)
 
 
 class GpuModule:
@@ -177,9 +182,6 @@ class GpuRuntime(Runtime):
             self._tensor_maps.clear()
         self._tensor_maps[key] = out[0]
         return out[0]
-
-    def asarray(self, a, dtype=None):
-        return self.xp.ascontiguousarray(self.xp.asarray(a, dtype=dtype))
 
     def to_numpy(self, a) -> np.ndarray:
         return self.xp.asnumpy(a) if isinstance(a, self.xp.ndarray) else np.asarray(a)

@@ -146,8 +146,13 @@ class CpuKernel:
         rt = self._module._rt
         if self.name in rt.ptxas_report:
             rt.resources.setdefault(self.name, dict(rt.ptxas_report[self.name], source="ptxas (sm_90)"))
+        ledger = rt.ledger
+        if ledger is not None:
+            ledger.before(self.name, self.params, args)
         with _launch_lock:
             rt._launch(self, grid, block, args, shared_mem)
+        if ledger is not None:
+            ledger.after(self.name)
 
     def _check_arrays(self, args) -> None:
         for i, (p, a) in enumerate(zip(self.params, args)):

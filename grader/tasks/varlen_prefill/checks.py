@@ -45,6 +45,7 @@ SHRINK_KEYS = ("B", "H", "Hkv", "d")
 # On the emulator, run the blocks a second time, last first: a block that stores past its own
 # sequence, over the next one's rows, changes the result (on a GPU the two race).
 BLOCK_ORDER_CHECK = True
+TASK_MADE = ("refused",)   # a "bad" case's verdict, made here, not by the launcher (runner.py's provenance)
 
 
 def valid(p) -> bool:
