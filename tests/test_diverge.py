@@ -1,12 +1,16 @@
 """The first divergence: a failure no replay explains is traced on the emulator against the finished
 version, and the report says where the two first part, with the line (engine/diverge.py,
 runtimes/cpu/trace.py). Each kernel here carries a bug no replay family holds."""
+from pathlib import Path
+
 import pytest
 
 from grader import catalogue, paths
 from grader.engine.check import run_check
 
 EX = catalogue.resolve("02_flash_forward")
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def planted(tmp_path, old, new, name):
@@ -20,7 +24,10 @@ def planted(tmp_path, old, new, name):
 
 @pytest.fixture(autouse=True)
 def tracing(monkeypatch):
-    monkeypatch.setenv("GRADER_TRACE", "1")       # conftest.py turns it off for the rest of the suite
+    # conftest.py turns it off for the rest of the suite; unset, it is on (the default), and the check's
+    # child, run from the repository's root, must not read tests/conftest.py and turn it off again.
+    monkeypatch.delenv("GRADER_TRACE")
+    monkeypatch.chdir(ROOT)
 
 
 def first_failure(path, case):

@@ -115,11 +115,14 @@ def plugin_args(ex: Exercise, path: Path, backend: str, seed: int, cases: list[s
 
 def child_command(plugin: list[str], tmp: Path) -> list[str]:
     """`python -m pytest` with the plugin, isolated from any pytest configuration around it (an empty
-    ini file in a private folder is the config and the root), writing no cache anywhere."""
+    ini file in a private folder is the config and the root, and no conftest.py is read: pytest would
+    otherwise load those of the working directory's test* folders, such as this repository's
+    tests/conftest.py, which turns the first divergence off), writing no cache anywhere."""
     ini = tmp / "pytest.ini"
     ini.write_text("[pytest]\n")
     return [sys.executable, "-m", "pytest", *plugin, "-q", "--no-header", "-p", "no:cacheprovider",
-            "-c", str(ini), "--rootdir", str(tmp), "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+            "--noconftest", "-c", str(ini), "--rootdir", str(tmp),
+            "-W", "ignore::pytest.PytestAssertRewriteWarning"]
 
 
 # The child computes on one thread: its CPU time, which the limits and the diagnosis budgets count,
