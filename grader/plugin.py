@@ -213,18 +213,20 @@ class CheckRun:
         first = next((r for r in trial if not r.passed and r.kind != "not_run"), None)
         if first is None or first.cause or not self.trace:
             return
-        if first.kind != "checked" and not (first.kind == "error" and "out-of-bounds" in first.message):
+        blocks = first.kind == "error" and "depends on the order in which the blocks run" in first.message
+        if first.kind != "checked" and not blocks and not (first.kind == "error" and "out-of-bounds" in first.message):
             return
         from .runtimes.cpu.build import find_compiler
         if find_compiler() is None:
             return
-        from .engine.diverge import first_divergence
+        from .engine.diverge import blocks_overlap, first_divergence
         from .spec import Case
         shrunk = first.shrunk if isinstance(first.shrunk, dict) and first.shrunk.get("kind") == first.kind else None
         case = Case("custom", shrunk["params"]) if shrunk else Case(first.name, first.params)
         self.emit(event="explore", case=first.name)      # its compiles and runs have their own budget
         try:
-            text = first_divergence(self.ex, self.function(), case, self.seed)
+            trace = blocks_overlap if blocks else first_divergence
+            text = trace(self.ex, self.function(), case, self.seed)
         except KeyboardInterrupt:
             return
         except Exception as e:        # the verdict stands; the trace failed, loudly

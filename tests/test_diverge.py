@@ -13,8 +13,8 @@ EX = catalogue.resolve("02_flash_forward")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def planted(tmp_path, old, new, name):
-    text = paths.committed_text(paths.solution_file(EX.id))
+def planted(tmp_path, old, new, name, ex=EX):
+    text = paths.committed_text(paths.solution_file(ex.id))
     assert old in text, "the solution changed: update this test's edit"
     f = tmp_path / name
     f.write_text(text.replace(old, new, 1))
@@ -30,8 +30,8 @@ def tracing(monkeypatch):
     monkeypatch.chdir(ROOT)
 
 
-def first_failure(path, case):
-    report = run_check(EX, path, "cpu", 7, cases=[case])
+def first_failure(path, case, ex=EX):
+    report = run_check(ex, path, "cpu", 7, cases=[case])
     return next(c for c in report["cases"] if not c["passed"])
 
 
@@ -81,3 +81,52 @@ def test_a_source_put_together_from_pieces_is_cited_at_the_students_lines(tmp_pa
     assert '#line 2 "pieces.py"' in out and '"pieces.py@12"' in out, out
     assert line_text(source, 14) == "int after_1 = 1;"
     assert generated_lines("pieces.py@12:2: boom") == "pieces.py:12 (line 2 of the code generated in place of line 12): boom"
+
+
+@pytest.mark.slow
+def test_a_row_stored_by_another_thread_names_the_store_and_the_finished_versions_thread(tmp_path):
+    ex = catalogue.resolve("03_flash_causal")
+    f, line = planted(tmp_path, "const int i = q_start + ty * TM + r;\n        if (i < n_q) {\n            const float inv_l",
+                      "const int i = q_start + ty + r * (BLOCK_M / TM);\n        if (i < n_q) {\n            const float inv_l",
+                      "rows.py", ex)          # the epilogue's rows only
+    said = first_failure(f, "tiny", ex)["divergence"]      # an lse of -inf in the row with no key
+    assert said and "the first stored value that differs" in said, said
+    assert "in the finished version, thread 0 of block (0, 0, 0) stores it" in said, said
+
+
+@pytest.mark.slow
+def test_an_element_two_blocks_store_is_named_with_both_blocks_and_the_line(tmp_path):
+    ex = catalogue.resolve("07_varlen_prefill")
+    f, line = planted(tmp_path, "lse[(size_t)h * total_q + q_begin + i]", "lse[(size_t)h * total_q + i]",
+                      "lse_rows.py", ex)
+    case = first_failure(f, "lengths_0_and_1", ex)
+    assert case["kind"] == "error" and "depends on the order in which the blocks run" in case["message"]
+    said = case["divergence"]
+    assert said and "is stored by two blocks" in said and f"both at line {line}" in said, said
+
+
+@pytest.mark.slow
+def test_a_gpu_failure_with_no_cause_takes_the_emulators_cause(tmp_path):
+    """A GPU returns one canonical NaN, so the grader's poison loses its payload there and a replay
+    that needs it cannot tell which elements nothing wrote; the emulator's run of the case can."""
+    from grader.engine.check import confirm_on_emulator
+    from grader.engine.runner import CaseResult, select_cases
+    ex = catalogue.resolve("00_naive_attention")
+    f, _ = planted(tmp_path, "scores_grid = (cdiv(n_k, 16), cdiv(n_q, 16), B * H)",
+                   "scores_grid = (cdiv(n_q, 16), cdiv(n_k, 16), B * H)", "grid.py", ex)
+    cpu = run_check(ex, f, "cpu", 7, shrink=False)
+    first = next(c for c in cpu["cases"] if not c["passed"])
+    assert first["cause"] == "grid:scores_xy_swapped"
+    gpu_said = "o: 12 NaN/Inf values computed where the answer is finite\nno replayed bug reproduces this error."
+    ordered = []
+    for c in select_cases(ex, None, None):
+        failed = c.name == first["name"]
+        ordered.append(CaseResult(c.name, not failed, params=dict(c.params), kind="checked",
+                                  message=gpu_said if failed else ""))
+        if failed:
+            break
+    confirm_on_emulator(ex, f, 7, ordered, None, None)
+    r = ordered[-1]
+    assert r.cause == "grid:scores_xy_swapped" and not r.passed
+    assert "the same case on the CPU emulator (seed 7)" in r.message and "likely cause:" in r.message
+    assert "no replayed bug reproduces" not in r.message

@@ -380,15 +380,17 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
     upto = CONFIRM_CASES if failing is None else failing + 1
     names = None if shape else [r.name for r in ordered[:upto] if r.kind != "not_run"]
     try:
-        report = run_check(ex, path, "cpu", seed, cases=names, shape=shape, shrink=False, confirm=False)
+        # A failure is shrunk there too: its first divergence is traced on the smallest failing shape.
+        report = run_check(ex, path, "cpu", seed, cases=names, shape=shape, shrink=failing is not None,
+                           confirm=False)
     except GraderError as e:
         return f"{unchecked}: the emulator could not run it ({e})."
     if report.get("error"):
         return f"{unchecked}: the emulator could not run it ({report['error'].splitlines()[0]})."
     fault = next((c for c in report["cases"] if not c["passed"] and c["kind"] in ("error", "crash", "timeout")), None)
+    if fault is None and failing is not None:
+        return _named_on_emulator(ordered[failing], report, seed)
     if fault is None:
-        if failing is not None:
-            return None
         shown = len([c for c in report["cases"] if c["passed"]])
         return (f"confirmed on the CPU emulator on the {shown} smallest case(s) (seed {seed}): no data race "
                 "between a block's threads and no out-of-bounds access was found there.")
@@ -400,6 +402,28 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
                  f"reruns the threads and blocks in other orders, names what is wrong:\n{lines}")
     return ("the CPU emulator found a fault the GPU ran without complaint: a GPU can give right (or wrong) "
             "numbers with a data race or an out-of-bounds access. Fix what the emulator names.")
+
+
+def _named_on_emulator(r: CaseResult, report: dict, seed: int) -> str | None:
+    """A GPU failure no replay explained, where the emulator's run of the same case (same seed) fails
+    too and says more: a cause its replays reproduced there, or a first divergence. The emulator sees
+    what a GPU hides: the NaN the grader fills memory with keeps its payload through arithmetic there
+    (a GPU returns its one canonical NaN), so "computed from memory nothing wrote" tells a replay which
+    elements no kernel reached. Its words are added; the GPU's numbers stay."""
+    emu = next((c for c in report["cases"] if c["name"] == r.name), None)
+    if emu is None or emu["passed"] or not (emu.get("cause") or emu.get("divergence")):
+        return None
+    said = [line for line in emu["message"].splitlines()
+            if line.startswith(("likely cause:", "observed", "first divergence"))]
+    if not said and emu.get("divergence"):
+        said = [f"observed: {emu['divergence']}"]
+    r.cause = emu.get("cause")
+    r.divergence = emu.get("divergence")
+    kept = [line for line in r.message.splitlines() if not line.startswith("no replayed bug reproduces")]
+    r.message = ("\n".join(kept) + f"\nthe same case on the CPU emulator (seed {seed}), where the NaN "
+                 "the grader fills memory with keeps its payload and every access is traced, says:\n"
+                 + "\n".join("  " + line for line in said))
+    return None
 
 
 def add_divergence(ordered: list[CaseResult], ev: dict | None) -> None:

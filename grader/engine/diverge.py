@@ -39,6 +39,16 @@ def _traced_run(ex: Exercise, fn, case: Case, seed: int) -> tuple[list, bool]:
     return rt.trace_log, faulted
 
 
+def _student_lines(traces: list, path: str | None) -> None:
+    """The student's lines, with their text (addr2line gives the file's base name only)."""
+    if not path:
+        return
+    base = Path(path).name
+    for t in traces:
+        t.lines = {w: path + p[len(base):] if p.startswith(base + ":") else p for w, p in t.lines.items()}
+        t.student = path
+
+
 def first_divergence(ex: Exercise, fn, case: Case, seed: int) -> str | None:
     """The observation for `fn` (the submission's entry function) on `case`, or None where the
     trace shows no difference in what the blocks read and write. NO_SOLUTION without a finished
@@ -54,13 +64,17 @@ def first_divergence(ex: Exercise, fn, case: Case, seed: int) -> str | None:
         return NO_SOLUTION
     solution = load_exercise_function(ex, Path(sol_path))
     mine, faulted = _traced_run(ex, fn, case, seed)
-    path = getattr(fn, "__code__", None) and fn.__code__.co_filename
-    for t in mine:                # the student's lines, with their text (addr2line gives the base name)
-        if path:
-            base = Path(path).name
-            t.lines = {w: path + p[len(base):] if p.startswith(base + ":") else p for w, p in t.lines.items()}
-            t.student = path
+    _student_lines(mine, getattr(fn, "__code__", None) and fn.__code__.co_filename)
     theirs, _ = _traced_run(ex, solution, case, seed)
     if not mine or not theirs:
         return None
     return compare(mine, theirs, partial=faulted)
+
+
+def blocks_overlap(ex: Exercise, fn, case: Case, seed: int) -> str | None:
+    """For a result that depends on the order of the blocks: the submission alone, traced on `case`,
+    and the first output element two of its blocks store (no finished version is needed)."""
+    from ..runtimes.cpu.trace import written_by_two_blocks
+    mine, _ = _traced_run(ex, fn, case, seed)
+    _student_lines(mine, getattr(fn, "__code__", None) and fn.__code__.co_filename)
+    return written_by_two_blocks(mine)

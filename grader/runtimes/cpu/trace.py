@@ -245,7 +245,8 @@ def _first_value_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) 
             if x.shape != y.shape or x.dtype.kind != "f":
                 continue
             xf, yf = x.astype(np.float64).ravel(), y.astype(np.float64).ravel()
-            scale = np.nanmax(np.abs(yf)) if np.isfinite(yf).any() else 1.0
+            finite = np.abs(yf[np.isfinite(yf)])       # an lse of -inf (a row with no key) sets no scale
+            scale = finite.max() if finite.size else 1.0
             with np.errstate(invalid="ignore"):
                 bad = ~((xf == yf) | (np.isnan(xf) & np.isnan(yf)) | (np.abs(xf - yf) <= 1e-5 * scale + 1e-30))
             if not bad.any():
@@ -259,6 +260,12 @@ def _first_value_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) 
                 return None
             last = w[-1]
             blk, epoch = int(last["block"]), int(last["epoch"])
+            wb = b.records[(b.records["arg"] == slot) & (b.records["write"] == 1) & (b.records["off"] <= byte)
+                           & (b.records["off"] + b.records["size"] > byte)]
+            other = ""
+            if len(wb) and (int(wb[-1]["thread"]), int(wb[-1]["block"])) != (int(last["thread"]), blk):
+                other = (f" (in the finished version, thread {int(wb[-1]['thread'])} of block "
+                         f"{_block_coords(int(wb[-1]['block']), b.grid)} stores it)")
             before = ""
             if a.snaps is not None and epoch:
                 at = a.snaps[(a.snaps["block"] == blk) & (a.snaps["index"] == epoch)]
@@ -271,8 +278,37 @@ def _first_value_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) 
                     "holds the same values at every __syncthreads(); the first stored value that differs, "
                     f"{describe(name, shape, np.array([e]))} = {_val(xf[e])} (the finished version stores "
                     f"{_val(yf[e])}), is stored at {_where(a.lines, last['where'])} by thread {int(last['thread'])} "
-                    f"of block {_block_coords(blk, a.grid)}{before}. So the values part in registers: in what that "
+                    f"of block {_block_coords(blk, a.grid)}{before}{other}. So the values part in registers: in what that "
                     "thread computes before the store, or in values it keeps in registers across the barriers.")
+    return None
+
+
+def written_by_two_blocks(mine: list[LaunchTrace]) -> str | None:
+    """The first output element that two blocks of one launch both store (what makes a result depend
+    on the order in which blocks run), with both blocks and their lines; None where every element has
+    one writer (atomics are not traced as stores, so they never count)."""
+    for i, a in enumerate(mine, 1):
+        which = f"launch {i} ({a.kernel})" if len(mine) > 1 else a.kernel
+        w = a.records[a.records["write"] == 1]
+        for slot, (name, shape, itemsize) in enumerate(a.arrays):
+            r = w[w["arg"] == slot]
+            if not len(r):
+                continue
+            blocks, elems, pos = _elements(r, itemsize)
+            pairs = np.unique(np.stack([elems, blocks], 1), axis=0)      # (element, block), sorted
+            el, counts = np.unique(pairs[:, 0], return_counts=True)
+            shared = el[counts > 1]
+            if not len(shared):
+                continue
+            e = int(shared[0])
+            two = pairs[pairs[:, 0] == e][:2, 1]
+            recs = [r[int(pos[np.flatnonzero((elems == e) & (blocks == blk))[0]])] for blk in two]
+            who = [f"block {_block_coords(int(blk), a.grid)} (thread {int(rec['thread'])}" for blk, rec in zip(two, recs)]
+            at = [_where(a.lines, rec["where"]) for rec in recs]
+            said = (f"{who[0]}) and {who[1]}), both at {at[0]}" if at[0] == at[1] else
+                    f"{who[0]}, at {at[0]}) and {who[1]}, at {at[1]})")
+            return (f"traced on the emulator: in {which}, {describe(name, shape, np.array([e]))} is stored by two "
+                    f"blocks, {said}; every output element must belong to exactly one block.")
     return None
 
 
