@@ -359,6 +359,22 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
 
 
 CONFIRM_CASES = 6    # the smallest cases (the first ones: cases go from small to large) a GPU pass is confirmed on
+# ... and the smallest case with each value of these parameters, which pick another kernel or code path
+# (a head dim is a template instance; a dtype, another conversion; causal, the masked tiles).
+CONFIRM_COVERS = ("d", "dtype", "causal")
+
+
+def confirmation_cases(ordered: list[CaseResult]) -> list[CaseResult]:
+    """The cases a GPU pass is confirmed on: the CONFIRM_CASES smallest, then the smallest case with
+    each value of CONFIRM_COVERS that those do not have."""
+    chosen = list(ordered[:CONFIRM_CASES])
+    seen = {(k, repr(r.params.get(k))) for r in chosen for k in CONFIRM_COVERS}
+    for r in ordered[CONFIRM_CASES:]:
+        new = {(k, repr(r.params.get(k))) for k in CONFIRM_COVERS} - seen
+        if new:
+            chosen.append(r)
+            seen |= new
+    return chosen
 
 
 def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseResult],
@@ -377,8 +393,11 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
     if find_compiler() is None:
         return (f"{unchecked}: it needs a C++ compiler, which this machine lacks. `grader check {ex.id} "
                 "--backend cpu` on a machine with one, or `--sanitize` (compute-sanitizer) here, checks that.")
-    upto = CONFIRM_CASES if failing is None else failing + 1
-    names = None if shape else [r.name for r in ordered[:upto] if r.kind != "not_run"]
+    if failing is None:
+        names = [r.name for r in confirmation_cases(ordered) if r.kind != "not_run"]
+    else:
+        names = [r.name for r in ordered[:failing + 1] if r.kind != "not_run"]
+    names = None if shape else names
     try:
         # A failure is shrunk there too: its first divergence is traced on the smallest failing shape.
         report = run_check(ex, path, "cpu", seed, cases=names, shape=shape, shrink=failing is not None,
@@ -392,7 +411,8 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
         return _named_on_emulator(ordered[failing], report, seed)
     if fault is None:
         shown = len([c for c in report["cases"] if c["passed"]])
-        return (f"confirmed on the CPU emulator on the {shown} smallest case(s) (seed {seed}): no data race "
+        return (f"confirmed on the CPU emulator on {shown} case(s), the smallest and the smallest of each head "
+                f"dim, dtype and masking (seed {seed}): no data race "
                 "between a block's threads and no out-of-bounds access was found there.")
     r = next(r for r in ordered if r.name == fault["name"])
     was = "passes on the GPU" if r.passed else "gives wrong numbers on the GPU"
