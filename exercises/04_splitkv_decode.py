@@ -74,7 +74,7 @@ splitkv_partial(const float* __restrict__ q, const float* __restrict__ k_cache,
 
     // TODO(1): stream the split's keys, each warp taking KEYS_PER_STEP of them per step: load their K and V rows, compute their scores with warp_sum, and update the online softmax of every head of the group
 
-    // TODO(2): merge the WARPS states through shared memory, then write o_part = acc / l and lse_part, the natural log of the split's sum
+    // TODO(2): declare the shared arrays the warps publish their states in (m_s and l_s, one float per warp and head; acc_s, one float4 per warp, head and lane), merge the WARPS states through them, then write o_part = acc / l and lse_part, the natural log of the split's sum
 }
 
 // One warp per (head, sequence). The split lse values are merged like 01's online softmax, with

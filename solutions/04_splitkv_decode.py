@@ -111,7 +111,7 @@ splitkv_partial(const float* __restrict__ q, const float* __restrict__ k_cache,
     }
     // END SOLUTION
 
-    // BEGIN SOLUTION TODO(2): merge the WARPS states through shared memory, then write o_part = acc / l and lse_part, the natural log of the split's sum
+    // BEGIN SOLUTION TODO(2): declare the shared arrays the warps publish their states in (m_s and l_s, one float per warp and head; acc_s, one float4 per warp, head and lane), merge the WARPS states through them, then write o_part = acc / l and lse_part, the natural log of the split's sum
     __shared__ float m_s[WARPS][GROUP], l_s[WARPS][GROUP];
     __shared__ float4 acc_s[WARPS][GROUP][MAX_D / 4];
     #pragma unroll

@@ -181,7 +181,7 @@ flash_hopper(const elem_t* __restrict__ q, const __grid_constant__ TensorMap k_m
                 // Tile it goes to stage s. Its previous use (tile it - STAGES) must be released.
                 const int s = it % STAGES;
                 const unsigned phase = (it / STAGES) & 1;
-                // BEGIN SOLUTION TODO(1): wait until stage s is released (its 'empty' barriers, the parity of the previous use), announce the bytes on its 'full' barriers (expect_tx) and issue one TMA copy per 64-feature box of K tile it, then the same for V
+                // BEGIN SOLUTION TODO(1): K tile it into stage s: wait until the stage's previous use has been released, announce on its 'full' barrier the bytes the tile will bring, and copy the tile box by box with TMA; then the same for V tile it
                 mbar_wait(k_empty(s), phase ^ 1);
                 mbar_expect_tx(k_full(s), KV_BYTES);
                 for (int c = 0; c < BOXES; ++c)
@@ -209,7 +209,7 @@ flash_hopper(const elem_t* __restrict__ q, const __grid_constant__ TensorMap k_m
 
     // Q is read once per block: this consumer's threads copy its 64 rows themselves, with ordinary
     // stores, into the layout its descriptors describe (the one TMA gives K and V).
-    // BEGIN SOLUTION TODO(2): copy this consumer's 64 query rows into q_s at q_base, 16 bytes (8 elements) per copy, in the 128-byte swizzle (chunk c of row r at chunk c ^ (r % 8) of its 128-byte line, one line per 64-feature box), zeros for rows past n_q; then publish the stores to the async proxy (fence.proxy.async) and wait for the warpgroup's 128 threads on named barrier 1 + CONSUMERS + cw
+    // BEGIN SOLUTION TODO(2): copy this consumer's 64 query rows into q_s, laid out as a TMA copy would lay them (64-feature boxes, 128-byte swizzle, zeros past n_q), every load before any store; then make the stores visible to wgmma and wait until the warpgroup's 128 threads have all written theirs (lesson, section 7)
     constexpr int Q_CHUNKS = 64 * D / 8 / 128;             // 16-byte chunks per thread: 4 or 8
     const elem_t* q_bh = q + (size_t)(b * H + h) * n_q * D;
     uint4 chunk[Q_CHUNKS];
@@ -249,7 +249,7 @@ flash_hopper(const elem_t* __restrict__ q, const __grid_constant__ TensorMap k_m
     // S = Q K_itᵀ, issued and committed (not waited for).
     auto issue_s = [&](float (&s)[S_TILES][4], int it) {
         const int st = it % STAGES;
-        // BEGIN SOLUTION TODO(3): S = Q K_itᵀ: wait for K tile it (its stage's 'full' barrier and parity), then wgmma_fence, one wgmma per 16 features with descriptors of Q's and K's rows (wgmma_s0 for the first step, wgmma_s after), and wgmma_commit
+        // BEGIN SOLUTION TODO(3): issue S = Q K_itᵀ once K tile it has landed: one wgmma per 16 features, Q and K read from shared memory through descriptors, the first step overwriting s; commit them as one group, and do not wait for it
         mbar_wait(k_full(st), (it / STAGES) & 1);
         const unsigned k_base = smem_addr(k_s + st * KV_BYTES);
         wgmma_fence();
@@ -266,7 +266,7 @@ flash_hopper(const elem_t* __restrict__ q, const __grid_constant__ TensorMap k_m
     // acc += P V_it, issued and committed.
     auto issue_o = [&](const unsigned (&p)[P_STEPS][4], int it) {
         const int st = it % STAGES;
-        // BEGIN SOLUTION TODO(4): acc += P V_it: wait for V tile it, then wgmma_fence, one wgmma per 16 keys with P's A fragment p[kk] and a descriptor of V's rows read transposed, and wgmma_commit
+        // BEGIN SOLUTION TODO(4): issue acc += P V_it once V tile it has landed: one wgmma per 16 keys, P from registers and V from shared memory read transposed; commit them as one group, and do not wait for it
         mbar_wait(v_full(st), (it / STAGES) & 1);
         const unsigned v_base = smem_addr(v_s + st * KV_BYTES);
         wgmma_fence();
@@ -340,7 +340,7 @@ flash_hopper(const elem_t* __restrict__ q, const __grid_constant__ TensorMap k_m
             // S of tile it and P V of tile it - 1 go to the tensor cores together; acc takes the
             // last tile's alpha first (no product is writing it now). The softmax of tile it needs
             // only S; P is overwritten only once P V has read it.
-            // BEGIN SOLUTION TODO(5): one tile of the overlapped loop: on your turn issue S of tile it, rescale acc by the last alpha and issue P V of tile it - 1, pass the turn; wait for S only (one group may stay in flight), release K, run the softmax; wait for P V, release V, turn S into P
+            // BEGIN SOLUTION TODO(5): one tile of the overlapped loop (lesson, section 8): S of tile it and P V of tile it - 1 issued in one turn, acc rescaled between the two; the softmax of tile it while P V still runs; every stage released only after the wait that covers the product reading it; P made from S last
             my_turn();
             issue_s(s, it);
             rescale(alpha);
@@ -363,7 +363,7 @@ flash_hopper(const elem_t* __restrict__ q, const __grid_constant__ TensorMap k_m
     }
 
     // o = acc / l in the element type, lse = (m + log2 l) · ln 2; a row with no key: 0 and -inf.
-    // BEGIN SOLUTION TODO(6): per row (r = 0: row0, r = 1: row0 + 8), add the quad's 4 parts of l (shuffles, before any if), then for rows i < n_q write o = acc / l in the element type (0 when l = 0) and, from one lane of the quad, lse = (m + log2 l) · ln 2 (-INFINITY when l = 0)
+    // BEGIN SOLUTION TODO(6): o and lse of this lane's two rows (row0 and row0 + 8): each row's l summed over its quad by every lane, before any if; then for rows below n_q, o = acc / l in the element type and, from one lane of the quad, lse = (m + log2 l) · ln 2; a row with l = 0 gets o = 0 and lse = -INFINITY
     #pragma unroll
     for (int r = 0; r < 2; ++r) {
         float l_row = l[r];
