@@ -475,7 +475,7 @@ def cmd_grade(args) -> int:
 
 def cmd_release(args) -> int:
     from .release import main_release
-    return main_release(args.out_dir)
+    return main_release(args.out_dir, args.modules, args.allow_answer_in_stubs)
 
 
 def cmd_autograder(args) -> int:
@@ -610,6 +610,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("release", help="(instructors) write the course without its solutions to OUT_DIR, "
                                        "for students")
     s.add_argument("out_dir", metavar="OUT_DIR", help="a new or empty folder outside the course")
+    s.add_argument("--modules", nargs="+", metavar="ID",
+                   help="only these modules' lessons, stubs, notebooks and grader data (an assignment)")
+    s.add_argument("--allow-answer-in-stubs", action="store_true",
+                   help="with --modules: allow a later module whose stub holds an earlier one's answer")
     s.set_defaults(func=cmd_release)
 
     s = sub.add_parser("autograder", help="(instructors) grade on Gradescope (an autograder zip) or GitHub "

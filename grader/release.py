@@ -95,25 +95,56 @@ def solution_path(ex_id: str, feature: str) -> Path:
 
 # ---- what gives a solution away ------------------------------------------------------------------
 
-def solution_only_lines(root: Path) -> dict[str, str]:
-    """{line: solution file} for every line of a solution's answer (between BEGIN and END SOLUTION,
-    stripped, longer than SOLUTION_ONLY_MIN_CHARS, not a STUB line) that no stub holds: a later stub
-    starts from an earlier module's answer (03's from 02's), and what a stub hands out is no secret."""
+def answer_lines(sol: Path) -> list[str]:
+    """The lines of a solution's answer: between BEGIN and END SOLUTION, stripped, longer than
+    SOLUTION_ONLY_MIN_CHARS (shorter ones, `}` or `++i;`, are everywhere), not a STUB line."""
     from .stubs import BEGIN, END, STUB
-    given = "\n".join(p.read_text() for p in sorted((root / "exercises").glob("*.py")))
+    out, inside = [], False
+    for line in sol.read_text().splitlines():
+        if BEGIN.match(line):
+            inside = True
+        elif END.match(line):
+            inside = False
+        elif inside and not STUB.match(line):
+            s = line.strip()
+            if len(s) > SOLUTION_ONLY_MIN_CHARS:
+                out.append(s)
+    return out
+
+
+def solution_only_lines(root: Path, modules: tuple[str, ...] | None = None) -> dict[str, str]:
+    """{line: solution file} for every line of a solution's answer that no stub of the release (of
+    `modules`' stubs, for an assignment) hands out: a later stub starts from an earlier module's
+    answer (03's from 02's), and what a stub hands out is no secret."""
+    given = "\n".join(p.read_text() for p in sorted((root / "exercises").glob("*.py"))
+                      if modules is None or p.stem in modules)
     out: dict[str, str] = {}
     for sol in sorted((root / "solutions").glob("*.py")):
-        inside = False
-        for line in sol.read_text().splitlines():
-            if BEGIN.match(line):
-                inside = True
-            elif END.match(line):
-                inside = False
-            elif inside and not STUB.match(line):
-                s = line.strip()
-                if len(s) > SOLUTION_ONLY_MIN_CHARS and s not in given:
-                    out.setdefault(s, sol.name)
+        for s in answer_lines(sol):
+            if s not in given:
+                out.setdefault(s, sol.name)
     return out
+
+
+# A later stub that holds this share of an earlier module's answer lines (those its own stub does not
+# hand out) gives that answer away: 03's stub holds 60 of 02's 71; a shared idiom (a bounds guard) is
+# one line of twenty.
+ANSWER_GIVEN_SHARE = 0.25
+
+
+def answers_in_later_stubs(root: Path, modules: tuple[str, ...]) -> list[str]:
+    """For an assignment of `modules`: 'exercises/LATER.py holds N of the M lines of ID's answer' for
+    each assigned module whose answer a later assigned module's stub gives away."""
+    found = []
+    for ex_id in modules:
+        own = (root / "exercises" / f"{ex_id}.py").read_text()
+        secret = {s for s in answer_lines(root / "solutions" / f"{ex_id}.py") if s not in own}
+        for later in (m for m in modules if m > ex_id):
+            held = sorted(s for s in secret if s in (root / "exercises" / f"{later}.py").read_text())
+            if secret and len(held) >= ANSWER_GIVEN_SHARE * len(secret):
+                found.append(f"exercises/{later}.py holds {len(held)} of the {len(secret)} lines of {ex_id}'s "
+                             f"answer (for example `{held[0]}`)")
+    return found
 
 
 def searchable_text(path: Path) -> str | None:
@@ -146,8 +177,22 @@ def leaks(folder: Path, lines: dict[str, str]) -> list[str]:
 
 # ---- writing a release ---------------------------------------------------------------------------
 
-def left_out(rel: str) -> str | None:
+def module_of(rel: str) -> str | None:
+    """The exercise id a course file belongs to (its lesson, stub, solution, notebook or task
+    folder), or None for a file every module shares."""
+    from . import catalogue
+    parts = rel.split("/")
+    for ex_id in catalogue.IDS:
+        if (len(parts) == 2 and parts[0] in ("modules", "exercises", "solutions", "notebooks")
+                and parts[1].startswith(ex_id + ".")) or rel.startswith(f"grader/tasks/{ex_id[3:]}/"):
+            return ex_id
+    return None
+
+
+def left_out(rel: str, modules: tuple[str, ...] | None = None) -> str | None:
     """Why the file at `rel` (posix, relative to the course root) stays out of a release, or None."""
+    if modules is not None and module_of(rel) not in (None, *modules):
+        return "modules not in this assignment (--modules)"
     if rel in KEPT:
         return None
     parts = rel.split("/")
@@ -237,20 +282,61 @@ def check_out_dir(out: Path, root: Path) -> Path:
     return out
 
 
-def make_release(out_dir, root: Path | None = None) -> dict:
+def assigned(modules, allow_answer_in_stubs: bool = False, root: Path | None = None) -> tuple[str, ...] | None:
+    """The exercise ids of `--modules` (any spelling `grader check` takes), in course order; None for
+    every module. Refused: an assignment where a later module's stub hands out an earlier one's answer
+    (03's stub starts from 02's finished kernel), unless `allow_answer_in_stubs`."""
+    from . import catalogue
+    if not modules:
+        return None
+    ids = []
+    for name in modules:
+        try:
+            ids.append(catalogue.resolve(name).id)
+        except KeyError as e:
+            raise GraderError(f"--modules: {e.args[0]}") from None
+    ids = tuple(sorted(set(ids)))
+    root = Path(root).resolve() if root is not None else paths.course_root()
+    if not allow_answer_in_stubs and (root / "solutions").is_dir():
+        given = answers_in_later_stubs(root, ids)
+        if given:
+            raise GraderError(
+                f"--modules {' '.join(i[:2] for i in ids)} is refused: a later module's stub hands out an "
+                "earlier one's answer, on purpose (each module starts from the last one's finished kernel), "
+                "so students would find the answer of the earlier module in the later one's stub:\n  "
+                + "\n  ".join(given) + "\nAssign those modules apart (one after the other's deadline), or "
+                "pass --allow-answer-in-stubs if that is what you want.")
+    return ids
+
+
+def restrict_catalogue(source: str, ids: tuple[str, ...]) -> str:
+    """grader/catalogue.py for an assignment: IDS names only its modules (the others' files are gone)."""
+    tree = ast.parse(source)
+    node = next(n for n in tree.body if isinstance(n, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "IDS" for t in n.targets))
+    lines = source.splitlines(keepends=True)
+    new = "IDS = (  # this assignment's modules (grader release --modules)\n" + "".join(
+        f'    "{i}",\n' for i in ids) + ")\n"
+    return "".join(lines[:node.lineno - 1]) + new + "".join(lines[node.end_lineno:])
+
+
+def make_release(out_dir, root: Path | None = None, modules=None, allow_answer_in_stubs: bool = False) -> dict:
     """Write the student release of the course at `root` (the grader's course by default) to
-    `out_dir`, check it gives nothing away, and return {"out", "files", "left_out": {rel: why}}."""
+    `out_dir`, check it gives nothing away, and return {"out", "files", "left_out": {rel: why},
+    "modules": the assigned ids or None}. `modules`: only those modules' lessons, stubs, notebooks
+    and grader data (`assigned` says which assignments are refused)."""
     root = Path(root).resolve() if root is not None else paths.course_root()
     if is_release(root):
         raise GraderError(f"{root} is a student release already: make a release from the course's own "
                           "repository (it has the solutions).")
     if not (root / "solutions").is_dir():
         raise GraderError(f"{root} has no solutions/: a release is made from the course's own repository.")
+    ids = assigned(modules, allow_answer_in_stubs, root)
     out = check_out_dir(out_dir, root)
     created = not out.exists()
     kept, dropped = [], {}
     for rel in course_files(root):
-        why = left_out(rel)
+        why = left_out(rel, ids)
         if why:
             dropped[rel] = why
         else:
@@ -265,14 +351,17 @@ def make_release(out_dir, root: Path | None = None) -> dict:
                 dst.write_text(re.sub(r"(?m)^testpaths\s*=.*\n", "", src.read_text()))
             elif fnmatch.fnmatch(rel, "grader/tasks/*/__init__.py"):
                 dst.write_text(encode_hints(src.read_text()))
+            elif rel == "grader/catalogue.py" and ids is not None:
+                dst.write_text(restrict_catalogue(src.read_text(), ids))
             else:
                 shutil.copy2(src, dst)
         (out / MARKER).write_text(json.dumps({
             "release": "student", "course_version": _version(),
             "left_out": sorted({p for p, _ in LEFT_OUT} - {MARKER}),
+            "modules": list(ids) if ids is not None else "all",
             "note": "made by `grader release`: the course without its solutions. The grader reads this "
                     "file to say which features need the solutions."}, indent=1) + "\n")
-        found = leaks(out, solution_only_lines(root))
+        found = leaks(out, solution_only_lines(root, ids))
         if found:
             raise GraderError("the release would give solutions away; nothing was written. Lines of a "
                               "solution's answer that no stub hands out occur in:\n  " + "\n  ".join(found[:20]))
@@ -284,12 +373,24 @@ def make_release(out_dir, root: Path | None = None) -> dict:
                 shutil.rmtree(child, ignore_errors=True) if child.is_dir() and not child.is_symlink() \
                     else child.unlink()
         raise
-    return {"out": str(out), "files": len(kept) + 1, "left_out": dropped}
+    return {"out": str(out), "files": len(kept) + 1, "left_out": dropped, "modules": ids}
 
 
-def main_release(out_dir) -> int:
+def leak_rule(ids: tuple[str, ...] | None, allow_answer_in_stubs: bool = False) -> str:
+    """The rule the release's own check applied, in words."""
+    rule = (f"checked: no file of it holds a line of a solution's answer (a line between BEGIN and END "
+            f"SOLUTION longer than {SOLUTION_ONLY_MIN_CHARS} characters) unless a stub of this release hands "
+            "it out")
+    if ids is None or allow_answer_in_stubs:
+        return rule + (" (each module's stub starts from the previous module's finished kernel, so a later "
+                       "stub holds lines of an earlier module's answer on purpose)")
+    return rule + (f", and no assigned module's stub holds {ANSWER_GIVEN_SHARE:.0%} or more of an earlier "
+                   "assigned module's answer lines")
+
+
+def main_release(out_dir, modules=None, allow_answer_in_stubs: bool = False) -> int:
     """`grader release OUT_DIR`: write it, then say what was left out and what to do next."""
-    r = make_release(out_dir)
+    r = make_release(out_dir, modules=modules, allow_answer_in_stubs=allow_answer_in_stubs)
     groups: dict[str, int] = {}
     for why in r["left_out"].values():
         groups[why] = groups.get(why, 0) + 1
@@ -297,8 +398,11 @@ def main_release(out_dir) -> int:
     print("left out:")
     for why, n in groups.items():
         print(f"  {n:4d} file{'s' if n > 1 else ' '}  {why}")
-    print(f"checked: no file of it holds a line of a solution's answer. Try it:\n"
+    first = r["modules"][0][:2] if r["modules"] else "00"
+    if r["modules"]:
+        print(f"modules: {' '.join(r['modules'])}")
+    print(f"{leak_rule(r['modules'], allow_answer_in_stubs)}. Try it:\n"
           f"  cd {r['out']} && python3 -m venv .venv && . .venv/bin/activate && "
-          f"pip install -e '.[nvrtc]' && grader check 00")
+          f"pip install -e '.[nvrtc]' && grader check {first}")
     return 0
 

@@ -158,3 +158,33 @@ def test_release_refuses_a_folder_in_use_or_inside_the_course(tmp_path, release,
     empty.mkdir()
     make_release(empty, root=ROOT)                 # an empty folder is fine
     assert (empty / MARKER).is_file()
+
+
+def test_an_assignment_holds_only_its_modules_and_no_line_of_their_answers(tmp_path):
+    out = tmp_path / "course"
+    r = make_release(out, root=ROOT, modules=["00", "1", "flash_forward"])
+    assert r["modules"] == ("00_naive_attention", "01_online_softmax", "02_flash_forward")
+    assert sorted(p.name for p in (out / "exercises").glob("*.py")) == [f"{i}.py" for i in r["modules"]]
+    assert sorted(p.stem for p in (out / "modules").glob("*.md")) == list(r["modules"])
+    assert not (out / "grader" / "tasks" / "flash_causal").exists()
+    # Any line of 02's solution longer than a bounds guard: only what its own stub hands out.
+    own = (ROOT / "exercises" / "02_flash_forward.py").read_text()
+    answer = {s.strip() for s in (ROOT / "solutions" / "02_flash_forward.py").read_text().splitlines()
+              if len(s.strip()) > MIN_CHARS and s.strip() not in own}
+    for p in (q for q in out.rglob("*") if q.is_file()):
+        text = p.read_text(errors="ignore")
+        held = [s for s in answer if s in text]
+        assert not held, f"{p.relative_to(out)} holds {held[:2]}"
+    listed = grader_in(out, "list", tmp_path=tmp_path)
+    assert listed.returncode == 0 and "02_flash_forward" in listed.stdout and "03_flash" not in listed.stdout
+
+
+def test_an_assignment_whose_later_stub_holds_an_earlier_answer_is_refused_with_the_reason(tmp_path, capsys):
+    with pytest.raises(GraderError, match=r"(?s)--modules 02 03 is refused.*exercises/03_flash_causal.py holds \d+ of "
+                                          r"the \d+ lines of 02_flash_forward's answer"):
+        make_release(tmp_path / "a", root=ROOT, modules=["02", "03"])
+    assert not (tmp_path / "a").exists()
+    assert main(["release", str(tmp_path / "b"), "--modules", "02", "03"]) == 2
+    assert "--allow-answer-in-stubs" in capsys.readouterr().err
+    r = make_release(tmp_path / "c", root=ROOT, modules=["02", "03"], allow_answer_in_stubs=True)
+    assert r["modules"] == ("02_flash_forward", "03_flash_causal")
