@@ -604,7 +604,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, help="seconds allowed per case, as in check")
     s.add_argument("--limit", type=float, help="seconds allowed per submission, all cases (default: "
                                                "120 + the number of cases x (timeout + 5))")
-    s.add_argument("--seed", type=int, help="the class's inputs (default: the previous run's, else new)")
+    s.add_argument("--seed", type=int, help="the class's inputs (default: derived from the exercise id, "
+                                            "the same on every run)")
     s.set_defaults(func=cmd_grade)
 
     s = sub.add_parser("release", help="(instructors) write the course without its solutions to OUT_DIR, "
@@ -630,7 +631,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--after-due-date", action="append", metavar="ID:CASE",
                    help="gradescope: show this case's test only after the due date (repeatable)")
     s.add_argument("--timeout", type=float, help="seconds allowed per case, as in check (default: 15)")
-    s.add_argument("--seed", type=int, help="the inputs every submission is checked on (default: new)")
+    s.add_argument("--seed", type=int, help="the inputs every submission is checked on (default: derived "
+                                            "from the modules' ids, the same on every build)")
     s.add_argument("--budget", type=float,
                    help="gradescope: seconds for one whole submission, under the assignment's own "
                         "autograder timeout (default: 540, for Gradescope's 10 minutes)")

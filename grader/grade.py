@@ -1,25 +1,31 @@
 """`grader grade`: grade a whole class's submissions of one exercise, for instructors.
 
-    grader grade SUBMISSIONS --exercise 02 [--backend B] [--jobs N] [--out DIR] [--timeout S]
+    grader grade SUBMISSIONS --exercise 02 [--backend B] [--jobs N] [--out DIR] [--timeout S] [--seed S]
 
 A submission is a file per student (`SUBMISSIONS/alice.py`) or a course folder per student
 (`SUBMISSIONS/bob/exercises/02_flash_forward.py`, or `SUBMISSIONS/bob/02_flash_forward.py`); the
 student is the file's stem or the folder's name. Each one is checked by its own child process,
-`python -m grader check ID --file PATH --json --backend B --seed S`, with one seed for the whole class
-(every student gets the same inputs) and a wall-clock limit per submission on top of check's own
-limit per case: a submission that hangs, crashes the checker or does not import costs its own row
-only.
+`python -m grader check ID --file NAME --json --backend B --seed S`, in a scratch folder of its own
+(a copy of the file under its own name, the child's cwd and TMPDIR, removed afterwards) and under the
+limits of grader/limits.py (memory, CPU time, processes, output), with one seed for the whole class
+(every student gets the same inputs: --seed, else derived from the exercise id) and a wall-clock
+limit per submission on top of check's own limit per case: a submission that hangs, crashes the
+checker, does not import or runs into a limit costs its own row only. What a child says names the
+student's file by its own name, never the scratch folder.
 
 The reports go to OUT (default: `SUBMISSIONS-grade-ID` beside the submissions folder, never inside
 it): report.csv (a row per student), report.json (per student: the verdict of every case, the first
-failing case and its message, the file's sha256, the grader's version), summary.md and two figures,
-pass_rate_per_case.png and common_causes.png. OUT/results/ keeps each student's result keyed by the
-submitted file's sha256, the grader (its version and a digest of the files that decide a verdict),
-the exercise, the backend, the seed and the time limits: a re-run re-grades only what changed. The
-seed of the previous run in OUT is used again unless --seed says otherwise.
+failing case, its full first cause and its message, the file's sha256, the grader's version),
+summary.md (the pass rate per case, the common causes, who failed with their first cause in full,
+and the groups of identical submissions: the same program once whitespace and comments, Python's and
+the kernels', are stripped) and two figures, pass_rate_per_case.png and common_causes.png.
+OUT/results/ keeps each student's result keyed by the submitted file's sha256, the grader (its
+version and a digest of the files that decide a verdict), the exercise, the backend, the seed, the
+time limits and the limits: a re-run re-grades only what changed.
 
-Nothing is written into the submissions folder or the course; the children's temporary files live in
-one private temporary folder, removed at the end.
+Runner, check_command, interpret and the limits are shared with the autograders (grader/autograder/).
+Nothing is written into the submissions folder or the course; every scratch folder lives in one
+private temporary folder, removed at the end.
 """
 from __future__ import annotations
 
@@ -37,13 +43,14 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import asdict, dataclass
+from pathlib import Path, PurePath, PurePosixPath
 
 from .errors import GraderError
+from .limits import WATCH_INTERVAL, Limits, hit_in, size_text
 
 RESULTS = "results"             # OUT/results/STUDENT.json: what a re-run reuses
-FORMAT = 1                      # bump when a stored result's layout changes: everything is re-graded
+FORMAT = 2                      # bump when a stored result's layout changes: everything is re-graded
 STARTUP_ALLOWANCE = 120.0       # per submission: starting the children, compiling, on a busy machine
 PER_CASE_SLACK = 5.0            # per case, on top of its limit (check's SIGINT grace, the verdict)
 FIGURES = ("pass_rate_per_case.png", "common_causes.png")
@@ -105,6 +112,14 @@ def grader_digest(ex) -> str:
 
 # ---- running one child -------------------------------------------------------------------------
 
+def assignment_seed(name: str) -> int:
+    """The seed of an assignment when none is given: derived from its name (an exercise id, or the
+    modules an autograder grades), so that every run of it, and a student's replay, gets the same
+    inputs."""
+    digest = hashlib.sha256(f"flash-attention-course:{name}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % 2**31
+
+
 def submission_limit(cases: int, case_timeout: float, shrink: bool = False) -> float:
     """Seconds one submission's whole check may take: the start-up allowance and, per case, its own
     limit and the slack around it; with `shrink`, the search for a smaller failing shape too."""
@@ -113,7 +128,7 @@ def submission_limit(cases: int, case_timeout: float, shrink: bool = False) -> f
             + (SHRINK_ALLOWANCE + case_timeout + PER_CASE_SLACK if shrink else 0.0))
 
 
-def check_command(ex_id: str, file: Path, backend: str, seed: int, case_timeout: float,
+def check_command(ex_id: str, file: PurePath, backend: str, seed: int, case_timeout: float,
                   shrink: bool = False) -> list[str]:
     """The child that checks one submission: `grader check --json` on its file, with the class's seed."""
     cmd = [sys.executable, "-m", "grader", "check", ex_id, "--file", str(file), "--json",
@@ -130,9 +145,9 @@ def child_env(tmp: Path) -> dict:
                 PYTHONUNBUFFERED="1")
 
 
-def _parents() -> list[tuple[int, int]]:
-    """(pid, parent pid) of every process: from /proc, else from `ps` (macOS)."""
-    pairs = []
+def _table() -> list[tuple[int, int, int]]:
+    """(pid, parent pid, process group) of every process: from /proc, else from `ps` (macOS)."""
+    rows = []
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -141,53 +156,63 @@ def _parents() -> list[tuple[int, int]]:
         if name.isdigit():
             try:
                 with open(f"/proc/{name}/stat") as f:
-                    pairs.append((int(name), int(f.read().rsplit(")", 1)[1].split()[1])))
+                    fields = f.read().rsplit(")", 1)[1].split()
+                rows.append((int(name), int(fields[1]), int(fields[2])))
             except (OSError, ValueError, IndexError):
                 continue
-    if pairs:
-        return pairs
+    if rows:
+        return rows
     try:
-        out = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True,
+        out = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,pgid="], capture_output=True, text=True,
                              timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    return [(int(a), int(b)) for a, b in (line.split() for line in out.splitlines())
-            if a.isdigit() and b.isdigit()]
+    return [(int(a), int(b), int(c)) for a, b, c in (line.split() for line in out.splitlines())
+            if a.isdigit() and b.isdigit() and c.isdigit()]
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below `pid`."""
+def _below(pid: int, groups: set[int]) -> set[int]:
+    """Every process below `pid`, and every process of the process groups in `groups` (a process
+    whose parent died is no longer below, but keeps its group); `groups` gains the groups of the
+    processes below."""
+    table = _table()
     children: dict[int, list[int]] = {}
-    for child, parent in _parents():
+    for child, parent, _ in table:
         children.setdefault(parent, []).append(child)
-    out, todo = [], [pid]
+    found, todo = set(), [pid]
     while todo:
         for c in children.get(todo.pop(), ()):
-            out.append(c)
-            todo.append(c)
-    return out
+            if c not in found:
+                found.add(c)
+                todo.append(c)
+    groups.update(g for p, _, g in table if p in found)
+    groups.difference_update({0, 1, os.getpgrp()})        # never the grading process's own group
+    found.update(p for p, _, g in table if g in groups and p != pid)
+    found.discard(os.getpid())
+    return found
 
 
-def kill_tree(proc: subprocess.Popen) -> None:
+def kill_tree(proc: subprocess.Popen, groups: set[int] | None = None) -> None:
     """SIGKILL the child, its process group, and everything below it, including the check's own
-    worker, which runs in a session of its own (it would outlive its parent otherwise)."""
-    below = _descendants(proc.pid)
-    groups = {proc.pid}
-    for pid in below:
-        try:
-            groups.add(os.getpgid(pid))
-        except OSError:
-            pass
-    for g in groups:
-        try:
-            os.killpg(g, signal.SIGKILL)
-        except OSError:
-            pass
-    for pid in [proc.pid, *below]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    worker, which runs in a session of its own (it would outlive its parent otherwise), and whatever
+    is left in the process groups seen below it. Again while a process forked in between remains."""
+    groups = groups if groups is not None else set()
+    groups.add(proc.pid)
+    for _ in range(5):
+        below = _below(proc.pid, groups)
+        for g in groups:
+            try:
+                os.killpg(g, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in [proc.pid, *below]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if not below:
+            return
+        time.sleep(0.05)
 
 
 @dataclass
@@ -197,45 +222,125 @@ class ChildResult:
     stderr: str
     seconds: float
     timed_out: bool
+    stopped: tuple[str, str] | None = None   # (limit, what happened) when a limit stopped the check
+    limits: Limits | None = None
+
+
+class _Capped:
+    """Reads a child's pipe in a thread, keeping at most `cap` bytes; `over` once it sent more."""
+
+    def __init__(self, pipe, cap: int):
+        self.pipe, self.cap = pipe, cap
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.over = False
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                data = self.pipe.read1(65536) if hasattr(self.pipe, "read1") else self.pipe.read(65536)
+                if not data:
+                    return
+                if self.size + len(data) > self.cap:
+                    self.over = True
+                    data = data[:max(self.cap - self.size, 0)]
+                if data:
+                    self.chunks.append(data)
+                    self.size += len(data)
+                # past the cap: keep reading (and dropping) so that the child never blocks on a full pipe
+        except (OSError, ValueError):
+            return
+
+    def text(self, wait: float) -> str:
+        self.thread.join(wait)
+        return b"".join(self.chunks).decode(errors="replace")
+
+
+def scrub(text: str, scratch: Path) -> str:
+    """`text` with the scratch folder taken out of every path: the student's own file name stays."""
+    for root in {str(scratch), str(scratch.resolve())}:
+        text = text.replace(root + os.sep + "tmp" + os.sep, "").replace(root + os.sep, "").replace(root, ".")
+    return text
+
+
+def _scratch_name(name: str) -> PurePosixPath:
+    """`name` (how the student knows the file: "alice.py", "exercises/02_flash_forward.py") as a
+    path inside the scratch folder: relative, without '..'."""
+    parts = [p for p in PurePosixPath(name.replace("\\", "/")).parts if p not in ("", ".", "..", "/")]
+    return PurePosixPath(*parts) if parts else PurePosixPath("submission.py")
 
 
 class Runner:
-    """Runs the children, at most `jobs` at a time; `stop()` kills every one still running."""
+    """Checks submissions, as many at a time as the caller's threads ask; `stop()` kills every check
+    still running. Each check runs in a scratch folder of its own under `root` (its cwd and TMPDIR,
+    removed afterwards), on a copy of the submission named as the student knows it, under the limits
+    of grader/limits.py, and every path of the scratch folder is taken out of what it says."""
 
-    def __init__(self, tmp: Path, env: dict):
-        self.tmp, self.env = tmp, env
+    def __init__(self, root: Path):
+        self.root = Path(root)
         self.lock = threading.Lock()
         self.running: set[subprocess.Popen] = set()
         self.stopped = False
 
-    def run(self, cmd: list[str], limit: float) -> ChildResult:
+    def check(self, ex_id: str, file: Path, name: str, backend: str, seed: int, case_timeout: float,
+              limit: float, shrink: bool = False) -> ChildResult:
+        """`grader check ex_id --json` of `file`, known to the student as `name`, within `limit` s."""
+        limits = Limits.for_check(backend, limit)
+        scratch = Path(tempfile.mkdtemp(prefix="check-", dir=self.root))
+        try:
+            rel = _scratch_name(name)
+            try:
+                (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(file, scratch / rel)
+                (scratch / "tmp").mkdir()
+            except OSError as e:              # read as the check's own error: a grader error, not a crash
+                return ChildResult(2, "", f"grader: cannot read {name}: {e.strerror or e}\n", 0.0, False,
+                                   limits=limits)
+            cmd = limits.wrap(check_command(ex_id, rel, backend, seed, case_timeout, shrink))
+            child = self.run(cmd, limit, scratch, child_env(scratch / "tmp"), limits)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        child.stdout, child.stderr = scrub(child.stdout, scratch), scrub(child.stderr, scratch)
+        return child
+
+    def run(self, cmd: list[str], limit: float, cwd: Path, env: dict, limits: Limits) -> ChildResult:
         start = time.monotonic()
         with self.lock:
             if self.stopped:
-                return ChildResult(None, "", "stopped", 0.0, False)
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    errors="replace", cwd=self.tmp, env=self.env,
-                                    start_new_session=True)
+                return ChildResult(None, "", "stopped", 0.0, False, limits=limits)
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, cwd=cwd, env=env, start_new_session=True)
             self.running.add(proc)
-        timed_out = False
+        out, err = _Capped(proc.stdout, limits.output), _Capped(proc.stderr, limits.output)
+        groups = {proc.pid}
+        timed_out, stopped = False, None
         try:
-            try:
-                out, err = proc.communicate(timeout=limit)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                kill_tree(proc)
+            while proc.poll() is None:
+                if time.monotonic() - start > limit:
+                    timed_out = True
+                    break
+                if out.over or err.over:
+                    stopped = ("output", f"it printed more than {size_text(limits.output)}, the limit on "
+                                         "output, and was stopped")
+                    break
+                n = len(_below(proc.pid, groups))
+                if n > limits.processes:
+                    stopped = ("processes", f"it ran {n} processes at once, past the limit of "
+                                            f"{limits.processes} (a fork in a loop?), and was stopped")
+                    break
                 try:
-                    out, err = proc.communicate(timeout=30)
-                except subprocess.TimeoutExpired:     # a grandchild kept the pipes open
-                    proc.kill()
-                    out, err = "", ""
+                    proc.wait(WATCH_INTERVAL)
+                except subprocess.TimeoutExpired:
+                    pass
         finally:
             with self.lock:
                 self.running.discard(proc)
-            if proc.poll() is None:
-                kill_tree(proc)
-                proc.wait()
-        return ChildResult(proc.returncode, out or "", err or "", time.monotonic() - start, timed_out)
+            kill_tree(proc, groups)           # also what a check that ended left running
+            proc.wait()
+        return ChildResult(proc.returncode, out.text(30), err.text(30), time.monotonic() - start,
+                           timed_out, stopped, limits)
 
     def stop(self) -> None:
         with self.lock:
@@ -272,9 +377,10 @@ def _lines(message: str) -> list[str]:
     return [line.strip() for line in (message or "").splitlines() if line.strip()]
 
 
-def _one_line(text: str, width: int = 240) -> str:
+def _one_line(text: str, width: int | None = 240) -> str:
+    """`text` on one line; cut at `width` with "…" (None: never cut)."""
     text = re.sub(r"\s+", " ", text or "").strip()
-    return text if len(text) <= width else text[:width - 1].rstrip() + "…"
+    return text if width is None or len(text) <= width else text[:width - 1].rstrip() + "…"
 
 
 def explain_case(case: dict) -> tuple[str, str, str]:
@@ -305,6 +411,9 @@ def explain_case(case: dict) -> tuple[str, str, str]:
         return "grader_error", first, "grader error"
     likely = next((line for line in lines if line.lower().startswith("likely cause:")), None)
     cause = likely.split(":", 1)[1].strip() if likely else first
+    seen = next((line for line in lines if line.lower().startswith("observed")), None)
+    if not likely and seen:                    # no cause stated: what the outputs show says most
+        cause = f"{first.rstrip('.')}; {seen}"
     label = "wrong result" if kind == "checked" else "error"
     if case.get("cause"):
         # The stated cause's id (engine/verdict.py) groups the same mistake across students exactly.
@@ -313,9 +422,29 @@ def explain_case(case: dict) -> tuple[str, str, str]:
 
 
 def interpret(child: ChildResult, limit: float) -> dict:
-    """The row of a submission from its child's outcome (without student, file and timing)."""
+    """The row of a submission from its child's outcome (without student, file and timing). `cause`
+    is the first cause in full: what a replay reproduced, else the first thing found wrong."""
+    row = _interpret(child, limit)
+    limits = child.limits or Limits.for_check("cpu", limit)
+    for case in (row.get("report") or {}).get("cases") or ():
+        hint = None if case.get("passed") else hit_in(case.get("message"), limits)
+        if hint:                               # each case that ran into a limit says which
+            case["limit"] = hint
+    hint = None if row["passed"] or row["status"] == "over_limit" else \
+        hit_in(" ".join(str(row.get(k) or "") for k in ("cause", "message", "cause_group")), limits)
+    if hint:                                   # a MemoryError, a write refused: say which limit
+        row["cause"] = f"{(row['cause'] or '').rstrip('.')} ({hint})"
+        row["limit"] = hint
+    return row
+
+
+def _interpret(child: ChildResult, limit: float) -> dict:
     row = {"passed": False, "cases_passed": 0, "cases": 0, "first_failing_case": None, "cause": None,
            "cause_group": None, "message": None, "case_verdicts": [], "report": None}
+    if child.stopped:
+        what, text = child.stopped
+        return dict(row, status="over_limit", verdict=f"stopped: {text}", cause=text,
+                    cause_group=f"over the limit on {what}")
     if child.timed_out:
         return dict(row, status="timed_out", verdict=f"timed out after {limit:g} s",
                     cause=f"the check did not finish within {limit:g} s and was stopped",
@@ -332,6 +461,11 @@ def interpret(child: ChildResult, limit: float) -> dict:
             except ValueError:
                 report = None
     if not isinstance(report, dict) or "cases" not in report:
+        if child.rc is not None and -child.rc == getattr(signal, "SIGXCPU", None):
+            text = (f"it ran past the CPU-time limit, {child.limits.cpu if child.limits else int(limit)} s "
+                    "per process, and was stopped")
+            return dict(row, status="over_limit", verdict=f"stopped: {text}", cause=text,
+                        cause_group="over the limit on CPU time")
         if child.rc is not None and child.rc < 0:
             sig = _signal_name(-child.rc)
             return dict(row, status="crashed", verdict=f"crashed ({sig})",
@@ -341,9 +475,10 @@ def interpret(child: ChildResult, limit: float) -> dict:
         if child.rc == 2 and said:                # check's own usage or environment error
             msg = said[len("grader: "):]
             return dict(row, status="grader_error", verdict=f"grader error: {_one_line(msg, 160)}",
-                        cause=_one_line(msg), cause_group="grader error")
-        last = _one_line(" | ".join(tail[-3:]), 200)
-        return dict(row, status="crashed", verdict=f"crashed: {last}", cause=last,
+                        cause=_one_line(msg, None), cause_group="grader error")
+        last = " | ".join(tail[-3:])
+        return dict(row, status="crashed", verdict=f"crashed: {_one_line(last, 200)}",
+                    cause=_one_line(last, None),
                     cause_group="crashed (no report)")
     cases = report["cases"]
     row.update(report=report, cases=len(cases), cases_passed=sum(bool(c["passed"]) for c in cases),
@@ -352,7 +487,7 @@ def interpret(child: ChildResult, limit: float) -> dict:
     if report.get("error"):
         msg = (_lines(report["error"]) or ["?"])[0]
         return dict(row, status="grader_error", verdict=f"grader error: {_one_line(msg, 160)}",
-                    cause=_one_line(msg), cause_group="grader error", message=report["error"])
+                    cause=_one_line(msg, None), cause_group="grader error", message=report["error"])
     if report.get("passed"):
         return dict(row, passed=True, status="passed", verdict="passed")
     if cases and all(c["kind"] == "not_implemented" for c in cases):
@@ -381,23 +516,57 @@ def interpret(child: ChildResult, limit: float) -> dict:
     else:
         verdict = f"failed at case {name} ({n})"
     return dict(row, status=status, verdict=_one_line(verdict, 200), first_failing_case=name,
-                cause=_one_line(cause), cause_group=group, message=first.get("message"))
+                cause=_one_line(cause, None), cause_group=group, message=first.get("message"))
 
 
 # ---- the class summary -------------------------------------------------------------------------
 
-def example_of(group: str, cause: str | None, width: int = 110) -> str:
+def example_of(group: str, cause: str | None, width: int | None = None) -> str:
     """A group's label with one student's own words in place of the normalised ones (which read
     "ln(N)" for "ln(2)"): the group's prefix ("wrong result: ") and the cause's first sentence."""
     prefix = next((p for p in ("wrong result: ", "error: ") if group.startswith(p)), None)
     if prefix is None or not cause:
         return group
     text = re.split(r"(?<=[.;!?])\s", re.sub(r"\s+", " ", cause.strip()), maxsplit=1)[0].rstrip(" .;:")
-    text = prefix + text
-    return text if len(text) <= width else text[:width - 1].rstrip() + "…"
+    return _one_line(prefix + text, width)
 
 
-def class_summary(rows: list[dict], case_names: list[str]) -> dict:
+_C_COMMENT = re.compile(r'"(?:\\.|[^"\\\n])*"|//[^\n]*|/\*.*?\*/', re.S)
+
+
+def _strip_c_comments(text: str) -> str:
+    """C and C++ comments out of a kernel's source (string literals in it kept whole)."""
+    return _C_COMMENT.sub(lambda m: m.group(0) if m.group(0).startswith('"') else " ", text)
+
+
+def fingerprint(source: str) -> str:
+    """What two submissions share when they are the same program: the source without Python comments,
+    without C/C++ comments inside its strings (the kernels), and without any whitespace."""
+    import tokenize
+    parts = []
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.COMMENT:
+                continue
+            parts.append(_strip_c_comments(tok.string) if tok.type == tokenize.STRING else tok.string)
+        text = " ".join(parts)
+    except (tokenize.TokenError, SyntaxError, IndentationError):   # not Python: comments by line
+        text = _strip_c_comments(re.sub(r"(?m)^\s*#.*$", "", source))
+    return hashlib.sha256(re.sub(r"\s+", "", text).encode()).hexdigest()
+
+
+def identical_groups(files: dict[str, Path]) -> list[list[str]]:
+    """The students whose files are the same program (`fingerprint`), in groups of two or more."""
+    by: dict[str, list[str]] = {}
+    for student, path in files.items():
+        try:
+            by.setdefault(fingerprint(path.read_text(errors="replace")), []).append(student)
+        except OSError:
+            continue
+    return sorted((sorted(g) for g in by.values() if len(g) > 1), key=lambda g: (-len(g), g))
+
+
+def class_summary(rows: list[dict], case_names: list[str], identical: list[list[str]] = ()) -> dict:
     graded = [r for r in rows if r["status"] != "skipped"]
     per_case = {}
     for name in case_names:
@@ -411,13 +580,17 @@ def class_summary(rows: list[dict], case_names: list[str]) -> dict:
             causes.setdefault(group, []).append(r["student"])
             examples.setdefault(group, example_of(group, r.get("cause")))
     common = sorted(causes.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    verdicts = {r["student"]: r["verdict"] for r in rows}
     return {
         "students": len(rows), "graded": len(graded), "skipped": len(rows) - len(graded),
         "passed": sum(r["passed"] for r in rows),
         "per_case": per_case,
         "common_causes": [{"cause": c, "example": examples[c], "count": len(who), "students": who}
                           for c, who in common],
-        "failed": [{"student": r["student"], "verdict": r["verdict"]} for r in rows if not r["passed"]],
+        "failed": [{"student": r["student"], "verdict": r["verdict"], "cause": r.get("cause")}
+                   for r in rows if not r["passed"]],
+        "identical": [{"students": g, "verdicts": sorted({verdicts.get(x) or "" for x in g})}
+                      for g in identical],
         "grader_errors": [r["student"] for r in rows if r["status"] == "grader_error"],
     }
 
@@ -458,12 +631,23 @@ def summary_text(meta: dict, s: dict, markdown: bool = False) -> str:
             w(f"  {c['count']:>3} × {c['example']}  ({', '.join(c['students'])})\n")
     if len(s["common_causes"]) > SHOWN:
         w(f"  … and {len(s['common_causes']) - SHOWN} more (report.json)\n")
-    w(f"\n{'## ' if markdown else ''}Who failed ({len(s['failed'])})\n\n")
+    w(f"\n{'## ' if markdown else ''}Who failed ({len(s['failed'])}), with the first cause\n\n")
     sw = max((len(f["student"]) for f in s["failed"]), default=0)
     for f in s["failed"]:
-        w(f"- **{f['student']}**: {f['verdict']}\n" if markdown else f"  {f['student']:<{sw}}  {f['verdict']}\n")
+        said = f["verdict"]
+        if f.get("cause") and f["cause"] not in said and said not in f["cause"]:
+            said += f": {f['cause']}"
+        elif f.get("cause") and said in f["cause"]:
+            said = f["cause"]
+        w(f"- **{f['student']}**: {said}\n" if markdown else f"  {f['student']:<{sw}}  {said}\n")
     if not s["failed"]:
         w("  nobody\n")
+    if s.get("identical"):
+        w(f"\n{'## ' if markdown else ''}Identical submissions (the same program once whitespace and "
+          "comments, Python's and the kernels', are stripped)\n\n")
+        for g in s["identical"]:
+            who = ", ".join(f"**{x}**" if markdown else x for x in g["students"])
+            w(f"{'-' if markdown else ' '} {who} ({'; '.join(g['verdicts'])})\n")
     return out.getvalue()
 
 
@@ -531,30 +715,10 @@ def _default_out(folder: Path, ex) -> Path:
     return folder.parent / f"{folder.name}-grade-{ex.id}"
 
 
-def _previous_seed(out: Path, ex_id: str) -> int | None:
-    """The seed of the last run in `out`: its report, else its newest stored result (an interrupted
-    first run), so that a re-run gives the class the same inputs."""
-    try:
-        data = json.loads((out / "report.json").read_text())
-        if data.get("exercise") == ex_id:
-            return int(data["seed"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    stored = sorted((out / RESULTS).glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for p in stored:
-        try:
-            key = json.loads(p.read_text())["key"]
-            if key["exercise"] == ex_id:
-                return int(key["seed"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return None
-
-
 def grade(args) -> int:
     from . import catalogue
     from .cli import version
-    from .engine.check import DEFAULT_CASE_TIMEOUT, new_seed
+    from .engine.check import DEFAULT_CASE_TIMEOUT
     from .engine.runner import select_cases
     from .runtimes import resolve_backend
 
@@ -582,13 +746,13 @@ def grade(args) -> int:
     case_names = [c.name for c in select_cases(ex)]
     case_timeout = args.timeout or DEFAULT_CASE_TIMEOUT.get(backend, 15.0)
     limit = args.limit or submission_limit(len(case_names), case_timeout)
-    seed = args.seed if args.seed is not None else _previous_seed(out, ex.id)
-    seed = seed if seed is not None else new_seed()
+    seed = args.seed if args.seed is not None else assignment_seed(ex.id)
+    limits = Limits.for_check(backend, limit)
     meta = {"exercise": ex.id, "submissions": str(folder), "backend": backend, "seed": seed,
-            "case_timeout": case_timeout, "submission_limit": limit, "grader_version": version(),
-            "grader_digest": grader_digest(ex), "format": FORMAT}
+            "case_timeout": case_timeout, "submission_limit": limit, "limits": asdict(limits),
+            "grader_version": version(), "grader_digest": grader_digest(ex), "format": FORMAT}
     key_base = {k: meta[k] for k in ("exercise", "backend", "seed", "case_timeout", "submission_limit",
-                                     "grader_version", "grader_digest", "format")}
+                                     "limits", "grader_version", "grader_digest", "format")}
 
     subs, ignored = find_submissions(folder, ex)
     if not subs:
@@ -599,8 +763,10 @@ def grade(args) -> int:
     results = out / RESULTS
     results.mkdir(exist_ok=True)
     print(f"grader grade {ex.id} · {len(subs)} submission{'s' if len(subs) != 1 else ''} in {folder} · "
-          f"backend {backend} · seed {seed} · {jobs} at a time · {case_timeout:g} s per case, "
-          f"{limit:g} s per submission", flush=True)
+          f"backend {backend} · seed {seed}{'' if args.seed is not None else ' (from the exercise id)'} · "
+          f"{jobs} at a time · {case_timeout:g} s per case, {limit:g} s per submission", flush=True)
+    print(f"  each submission runs in a scratch folder of its own, under these limits: {limits.describe()}",
+          flush=True)
     for name in ignored:
         print(f"  ignored {name}: not a .py file or a folder", flush=True)
 
@@ -638,10 +804,10 @@ def grade(args) -> int:
             todo.append((s, digest, key))
 
     tmp = Path(tempfile.mkdtemp(prefix="grader-grade-"))
-    runner = Runner(tmp, child_env(tmp))
+    runner = Runner(tmp)
 
     def one(s: Submission) -> ChildResult:
-        return runner.run(check_command(ex.id, s.file, backend, seed, case_timeout), limit)
+        return runner.check(ex.id, s.file, s.file.name, backend, seed, case_timeout, limit)
 
     def on_term(signum, frame):               # `kill` as Ctrl-C: stop the children, clean up
         raise KeyboardInterrupt
@@ -687,7 +853,7 @@ def grade(args) -> int:
             p.unlink()
 
     ordered = [rows[s.student] for s in subs]
-    summary = class_summary(ordered, case_names)
+    summary = class_summary(ordered, case_names, identical_groups({s.student: s.file for s in subs if s.file}))
     meta["graded_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     report = dict(meta, students={r["student"]: {k: v for k, v in r.items() if k != "student"}
                                   for r in ordered}, summary=summary, ignored=ignored)

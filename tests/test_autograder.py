@@ -1,5 +1,6 @@
 """`grader autograder`: the Gradescope zip and the GitHub Classroom template, run end to end as the
 platforms run them (offline, on the CPU emulator), and their results checked against the formats."""
+import base64
 import io
 import json
 import os
@@ -20,10 +21,11 @@ from grader import paths
 from grader.autograder import make_plan, split_points
 from grader.autograder.github import step_id
 from grader.autograder.gradescope import module_tests
-from grader.autograder.submission import gather, locate
+from grader.autograder.submission import Found, gather, locate
 from grader.cli import main
 from grader.release import left_out
 from grader.wrong import build, find
+from test_grade import student_facing_leaks
 from test_release import holders, solution_only_lines
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,6 +34,8 @@ EX = "00_naive_attention"
 ENTRY = "def naive_attention(rt, q, k, v, scale):\n"
 SEED = 7
 HIDDEN = "huge_logits"
+# The limits of a submission's check, set low so that each is hit within seconds (grader/limits.py).
+LOW_LIMITS = {"GRADER_LIMIT_MEMORY": "2G", "GRADER_LIMIT_PROCESSES": "16", "GRADER_LIMIT_OUTPUT": "8M"}
 
 
 def solution(ex_id=EX) -> str:
@@ -82,7 +86,7 @@ def gradescope(tmp_path_factory):
     shutil.copy2(ag / "source" / "run_autograder", ag / "run_autograder")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRADER_", "PYTHONPATH"))}
     env.update(AUTOGRADER_ROOT=str(ag), HOME=str(tmp / "home"), FLASH_AUTOGRADER_SKIP_INSTALL="1",
-               FLASH_AUTOGRADER_PYTHON=sys.executable)
+               FLASH_AUTOGRADER_PYTHON=sys.executable, **LOW_LIMITS)
     setup = subprocess.run(["bash", str(ag / "source" / "setup.sh")], cwd=ag / "source", env=env,
                            capture_output=True, text=True, timeout=600)
     assert setup.returncode == 0, setup.stdout + setup.stderr
@@ -154,7 +158,9 @@ def test_a_wrong_version_scores_partly_with_its_cause(gradescope):
     first = failed[0]["output"]
     assert "likely cause: query head h reads the wrong kv head" in first
     assert "Smallest failing shape found" in first
-    assert f"--seed {SEED} --shape " in first and f"--file {EX}.py" in first
+    # The file was handed in under its own name: the replay runs the student's exercises/ID.py.
+    assert f"Replay it: grader check {EX} --backend cpu --seed {SEED} --shape " in first
+    assert f"`grader check {EX} --backend cpu --seed {SEED}`" in r["output"]
     assert "tests failed, the first: " + failed[0]["name"].split(": ")[1] in r["output"]
 
 
@@ -176,6 +182,8 @@ def test_a_zip_or_another_name_is_found(gradescope, upload):
     assert r["score"] == 10, r["output"]
     shown = "submission.zip: my-course/exercises/00_naive_attention.py" if upload == "zip" else "attempt (2).py"
     assert f"({shown})" in r["output"]
+    replay = f"grader check {EX} --backend cpu" if upload == "zip" else f"grader check {EX} --file 'attempt (2).py'"
+    assert replay in r["output"]
 
 
 @pytest.mark.parametrize("what, files, words", [
@@ -185,6 +193,14 @@ def test_a_zip_or_another_name_is_found(gradescope, upload):
     ("compile", {f"{EX}.py": solution().replace("int h_kv = h / (H / H_kv);", "int h_kv = h / (H / H_kv)", 1)},
      "did not compile"),
     ("import", {f"{EX}.py": with_first_lines("    return (\n")}, "does not import"),
+    # The limits: each scores 0 with its reason, as in `grader grade`.
+    ("memory", {f"{EX}.py": with_first_lines("    import numpy as np\n    x = np.empty(6 * 2**30, np.uint8)\n")},
+     "the memory limit is 2 GiB per process"),
+    ("fork", {f"{EX}.py": with_first_lines("    import os, time\n    for _ in range(200):\n"
+                                            "        if os.fork() == 0:\n            time.sleep(60)\n"
+                                            "            os._exit(0)\n")}, "past the limit of 16"),
+    ("print", {f"{EX}.py": with_first_lines("    while True:\n        print('spam ' * 200)\n")},
+     "the output limit is 8 MiB"),
 ])
 def test_a_broken_submission_scores_0_and_says_why(gradescope, what, files, words):
     r = submit(gradescope, files)
@@ -196,11 +212,14 @@ def test_a_broken_submission_scores_0_and_says_why(gradescope, what, files, word
 def test_results_json_before_the_checks_and_when_the_time_runs_out():
     plan = make_plan(["00"], seed=1)
     m = plan.modules[0]
-    tests, line = module_tests(m, found=object(), row=None, seed=1)     # the budget ran out before it
+    found = Found(Path("/autograder/submission/bob.py"), "bob.py")
+    tests, line, replay = module_tests(m, found=found, row=None, seed=1)     # the budget ran out before it
     assert all(t["score"] == 0 and "time ran out" in t["output"] for t in tests)
-    assert "0/10 points" in line
-    tests, line = module_tests(m, found=None, row=None, seed=1)
-    assert "upload exercises/00_naive_attention.py" in tests[0]["output"]
+    assert "0/10 points" in line and replay == f"grader check {EX} --file bob.py --backend cpu --seed 1"
+    tests, line, replay = module_tests(m, found=None, row=None, seed=1)
+    assert "upload exercises/00_naive_attention.py" in tests[0]["output"] and replay is None
+    # The seed: derived from the modules graded unless --seed gives it, the same on every build.
+    assert make_plan(["00", "01"]).seed == make_plan(["01_online_softmax", "00"]).seed != make_plan(["00"]).seed
 
 
 def test_the_schema_has_teeth():
@@ -217,7 +236,8 @@ def test_the_schema_has_teeth():
 # ---- points, visibility, usage errors ------------------------------------------------------------
 
 def test_points_split_exactly_and_a_points_file_overrides(tmp_path):
-    assert split_points(10, 18) == [0.55] * 8 + [0.56] * 10 and abs(sum(split_points(10, 18)) - 10) < 1e-9
+    assert split_points(10, 18) == [0.5] * 2 + [0.5625] * 16 and sum(split_points(10, 18)) == 10
+    assert sum(split_points(20, 19)) == 20 and split_points(0.3, 2) == [0.15, 0.15]
     f = tmp_path / "points.json"
     f.write_text(json.dumps({"00": {"points": 12, "visibility": "after_published",
                                     "cases": {"tiny": 3, HIDDEN: {"visibility": "hidden"}}}, "01": 4}))
@@ -305,30 +325,59 @@ def github(tmp_path_factory):
     return out, flow
 
 
-def run_workflow(template: Path, flow: dict, tmp_path: Path) -> tuple[float, float, dict]:
-    """Run the command-grader steps as GitHub's runner would (a shell in the checkout, the job's
-    environment, the step's timeout in minutes), after the install step (done here already: this
-    environment has the course's dependencies). (score, max score, {step id: log})."""
+def _expand(text: str, contexts: dict) -> str:
+    """A workflow expression `${{ a.b.c }}` as the runner expands it, from nested dicts."""
+    import re
+
+    def value(m):
+        v = contexts
+        for key in m.group(1).strip().split("."):
+            v = v.get(key, "") if isinstance(v, dict) else ""
+        return str(v)
+    return re.sub(r"\$\{\{(.*?)\}\}", value, text)
+
+
+def run_workflow(template: Path, flow: dict, tmp_path: Path) -> dict:
+    """Run the workflow's steps after the install (done here already: this environment has the
+    course's dependencies) as GitHub's runner would: each `run` in bash in the checkout, with the job's
+    environment, RUNNER_TEMP and a GITHUB_OUTPUT file of its own; then read the grading reporter's
+    variables as the reporter does (classroom-resources/autograding-grading-reporter: src/main.js
+    decodes each runner's RUNNER_RESULTS from base64 JSON; src/notify-classroom.js sends GitHub
+    Classroom the sum of the tests' `score` over the sum of the runners' `max_score`)."""
     job = flow["jobs"]["run-autograding-tests"]
+    temp = tmp_path / "runner-temp"
+    shutil.rmtree(temp, ignore_errors=True)
+    temp.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRADER_", "PYTHONPATH"))}
     env.update(job.get("env", {}), PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-               PYTHONPATH=str(template), GRADER_ROOT=str(template), HOME=str(tmp_path / "home"))
-    score = total = 0.0
-    logs = {}
+               PYTHONPATH=str(template), GRADER_ROOT=str(template), HOME=str(tmp_path / "home"),
+               RUNNER_TEMP=str(temp), TMPDIR=str(temp), **LOW_LIMITS)
+    steps = {"steps": {}, "runner": {"temp": str(temp)}}
+    logs, codes = {}, {}
     for step in job["steps"]:
-        if "autograding-command-grader" not in step.get("uses", ""):
+        if "run" not in step or "id" not in step:
             continue
-        w = step["with"]
-        ok = True
-        for cmd in (w["setup-command"], w["command"]):
-            if cmd:
-                r = subprocess.run(["bash", "-c", cmd], cwd=template, env=env, capture_output=True, text=True,
-                                   timeout=60 * w["timeout"])
-                logs[step["id"]] = r.stdout + r.stderr
-                ok = ok and r.returncode == 0
-        score += w["max-score"] if ok else 0
-        total += w["max-score"]
-    return score, total, logs
+        assert step.get("continue-on-error") is True and 1 <= step["timeout-minutes"] <= 60, step
+        output = tmp_path / f"{step['id']}.output"
+        output.write_text("")
+        r = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=template,
+                           env=dict(env, GITHUB_OUTPUT=str(output)), capture_output=True, text=True,
+                           timeout=60 * step["timeout-minutes"])
+        logs[step["id"]], codes[step["id"]] = r.stdout + r.stderr, r.returncode
+        outputs = dict(line.split("=", 1) for line in output.read_text().splitlines() if "=" in line)
+        steps["steps"][step["id"]] = {"outputs": outputs}
+    upload = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
+    artifact = Path(_expand(upload["with"]["path"], steps))
+    reporter = job["steps"][-1]
+    assert reporter["uses"] == "classroom-resources/autograding-grading-reporter@v1"
+    variables = {k: _expand(v, steps) for k, v in reporter["env"].items()}
+    results = {}
+    for runner in reporter["with"]["runners"].split(","):
+        results[runner.strip()] = json.loads(base64.b64decode(variables[f"{runner.strip().upper()}_RESULTS"]))
+    counted = [r for r in results.values() if r["max_score"]]
+    return {"score": sum(t["score"] for r in counted for t in r["tests"]),
+            "max": sum(r["max_score"] for r in counted), "logs": logs, "codes": codes, "results": results,
+            "artifact": sorted(p.name for p in artifact.iterdir()) if artifact.is_dir() else []}
 
 
 def test_the_template_is_the_release_with_a_classroom_workflow(github):
@@ -336,44 +385,82 @@ def test_the_template_is_the_release_with_a_classroom_workflow(github):
     assert not (out / "solutions").exists() and (out / ".course-release").is_file()
     job = flow["jobs"]["run-autograding-tests"]
     steps = job["steps"]
-    graders = [s for s in steps if "autograding-command-grader" in s.get("uses", "")]
-    assert [s["with"]["test-name"] for s in graders] == [EX, "01_online_softmax"]
+    graders = [s for s in steps if "run" in s and "id" in s]
+    assert [s["name"] for s in graders] == [EX, "01_online_softmax"]
     assert [s["id"] for s in graders] == [step_id(EX), step_id("01_online_softmax")]
     for s in graders:
-        assert s["with"]["command"].startswith(f"grader check {s['with']['test-name']} --backend cpu --json")
-        assert isinstance(s["with"]["timeout"], int) and 1 <= s["with"]["timeout"] <= 60
-    assert [s["with"]["max-score"] for s in graders] == [10, 10]
+        assert s["run"].startswith(f"python -m grader.autograder.github run {s['name']} ")
+    plan = json.loads((out / ".github" / "classroom" / "autograding.json").read_text())
+    assert plan["seed"] == SEED and [m["points"] for m in plan["modules"]] == [10, 10]
+    upload = next(s for s in steps if s.get("uses") == "actions/upload-artifact@v4")
+    assert upload["if"] == "always()" and upload["with"]["name"] == "grader-reports"
     reporter = steps[-1]
-    assert reporter["uses"] == "classroom-resources/autograding-grader-reporter@v1"
+    assert reporter["uses"] == "classroom-resources/autograding-grading-reporter@v1"
     assert reporter["with"]["runners"].split(",") == [s["id"] for s in graders]
     assert reporter["env"] == {f"{s['id'].upper()}_RESULTS": f"${{{{steps.{s['id']}.outputs.result}}}}"
                                for s in graders}
     install = next(s for s in steps if s.get("name") == "Install the course")["run"]
     assert "'.[nvrtc]'" in install and (out / ".github" / "classroom" / "constraints.txt").is_file()
-    assert flow["on"] == ["push", "repository_dispatch"]
+    assert flow["on"] == ["push", "repository_dispatch"] and job["env"]["GRADER_BACKEND"] == "cpu"
     leaked = holders(out, solution_only_lines())
     assert not leaked, leaked[:5]
 
 
-def test_the_workflow_scores_the_stub_the_solution_and_a_wrong_version(github, tmp_path):
+def test_the_workflow_scores_each_case_as_gradescope_does(github, gradescope, tmp_path):
     out, flow = github
     ex = out / "exercises"
     kept = {p.name: p.read_text() for p in ex.glob("0[01]_*.py")}
+    m00, m01 = step_id(EX), step_id("01_online_softmax")
     try:
-        score, total, logs = run_workflow(out, flow, tmp_path)          # as the template comes: stubs
-        assert (score, total) == (0, 20)
-        assert "not implemented yet" in logs[step_id(EX)]
+        run = run_workflow(out, flow, tmp_path)                           # as the template comes: stubs
+        assert (run["score"], run["max"]) == (0, 20) and run["codes"] == {m00: 1, m01: 1}
+        assert "not implemented yet" in run["logs"][m00]
+        assert [t["status"] for t in run["results"][m00]["tests"]] == ["fail"] * 18
         for i in (EX, "01_online_softmax"):
             (ex / f"{i}.py").write_text(solution(i))
-        assert run_workflow(out, flow, tmp_path)[:2] == (20, 20)
+        run = run_workflow(out, flow, tmp_path)
+        assert (run["score"], run["max"]) == (20, 20) and run["codes"] == {m00: 0, m01: 0}
+        assert {r["status"] for r in run["results"].values()} == {"pass"}
         (ex / f"{EX}.py").write_text(wrong())
-        score, total, logs = run_workflow(out, flow, tmp_path)
-        assert (score, total) == (10, 20)
-        report = json.loads(logs[step_id(EX)])
-        assert not report["passed"] and any(c["cause"] == "gqa:h%Hkv" for c in report["cases"])
+        run = run_workflow(out, flow, tmp_path)
+        got = sum(t["score"] for t in run["results"][m00]["tests"])
+        assert 0 < got < 10 and run["max"] == 20 and abs(run["score"] - (got + 10)) < 1e-9
+        failed = [t for t in run["results"][m00]["tests"] if t["status"] == "fail"]
+        assert [t["name"] for t in failed] == [f"{EX}: gqa_4_to_1", f"{EX}: custom_scale"]
+        assert "likely cause: query head h reads the wrong kv head" in failed[0]["message"]
+        # The log reads as `grader check` does: every case, the first failure, its cause, the replay.
+        log = run["logs"][m00]
+        assert f"grader check {EX} · exercises/{EX}.py · backend cpu · seed {SEED}" in log
+        assert "First failure: gqa_4_to_1" in log and "likely cause: query head h" in log
+        assert f"Replay it: grader check {EX} --backend cpu --seed {SEED} --shape " in log
+        assert f"{EX}: {got:g}/10 points" in log and '"cases"' not in log          # no JSON blob
+        assert run["artifact"] == sorted(f"{i}.{kind}.json" for i in (EX, "01_online_softmax")
+                                         for kind in ("check", "results"))
+        # The same file scores the same on Gradescope (same seed, same cases, one scoring function).
+        r = submit(gradescope, {f"{EX}.py": wrong()})
+        assert abs(r["score"] - got) < 1e-9, (r["score"], got)
+        # No student-facing message names the runner's folders or a literal ID.
+        for text in [*run["logs"].values(), json.dumps(run["results"])]:
+            assert not student_facing_leaks(text, out, tmp_path), student_facing_leaks(text, out, tmp_path)
     finally:
         for name, text in kept.items():
             (ex / name).write_text(text)
+
+
+def test_no_student_facing_message_names_the_graders_paths(gradescope):
+    """What a Gradescope student reads (results.json: the output, every test's output) names their own
+    file and complete commands: never /autograder, a temporary folder, or a literal ID."""
+    _, ag, _ = gradescope
+    for files in ({f"{EX}.py": wrong()},
+                  {f"{EX}.py": with_first_lines("    raise ValueError('boom')\n")},
+                  {"bob.py": with_first_lines("    return (\n")},
+                  {"bob.py": solution().replace("int h_kv = h / (H / H_kv);", "int h_kv = h / (H / H_kv)", 1)}):
+        r = submit(gradescope, files)
+        name = next(iter(files))
+        texts = [r["output"], *(t["output"] for t in r["tests"])]
+        for text in texts:
+            assert not student_facing_leaks(text, ag), (name, student_facing_leaks(text, ag), text)
+        assert any(name in t for t in texts), name                  # their own file, by its name
 
 
 # ---- the class notebooks on a hub -----------------------------------------------------------------

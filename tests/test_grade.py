@@ -1,4 +1,5 @@
-"""`grader grade`: a class of 20 submissions of 02, graded in child processes, reports and re-runs."""
+"""`grader grade`: a class of 20 submissions of 02, graded in child processes, reports and re-runs; a
+class of 00 with submissions that run into the limits; the seed, the full causes, identical files."""
 import csv
 import json
 import os
@@ -12,19 +13,18 @@ from grader import catalogue, paths
 from grader.wrong import build, for_exercise
 
 EX = catalogue.resolve("02")
-ENTRY = f"def {EX.entry}(rt, q, k, v, scale):\n"
 CASES = 19                      # 02's cases (checked below against the catalogue)
 
 
-def _solution() -> str:
-    return paths.committed_text(paths.solution_file(EX.id))
+def _solution(ex=EX) -> str:
+    return paths.committed_text(paths.solution_file(ex.id))
 
 
-def _with_body(first_lines: str) -> str:
-    """The solution with these lines run first when the entry function is called."""
-    src = _solution()
-    assert src.count(ENTRY) == 1
-    return src.replace(ENTRY, ENTRY + first_lines)
+def _with_body(first_lines: str, ex=EX) -> str:
+    """The solution of `ex` with these lines run first when the entry function is called."""
+    src, entry = _solution(ex), f"def {ex.entry}(rt, q, k, v, scale):\n"
+    assert src.count(entry) == 1
+    return src.replace(entry, entry + first_lines)
 
 
 def make_class(folder: Path) -> dict:
@@ -154,7 +154,7 @@ def test_grade_a_class(tmp_path):
     assert _snapshot(subs) == before
     assert list((tmp_path / "tmp").iterdir()) == []
     assert not (tmp_path / "state").exists()
-    assert _alive(str(subs / "stopper.py")) == []
+    assert _alive("stopper.py") == []
 
     # Again: every row is reused, with the same seed.
     again = _grade(subs, tmp_path)
@@ -197,6 +197,12 @@ def test_usage_errors(tmp_path):
     assert r.returncode == 2 and "no submissions" in r.stderr
     r = grade(str(tmp_path / "subs"))
     assert r.returncode == 2
+    (tmp_path / "subs" / "a.py").write_text("x = 1\n")
+    for var, value in (("GRADER_LIMIT_MEMORY", "lots"), ("GRADER_LIMIT_PROCESSES", "0")):
+        r = subprocess.run([sys.executable, "-m", "grader", "grade", str(tmp_path / "subs"), "-e", "02"],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                           env=dict(os.environ, **{var: value}))
+        assert r.returncode == 2 and f"${var}" in r.stderr, r.stderr
     assert not (tmp_path / "subs-grade-02_flash_forward").exists()
 
 
@@ -214,3 +220,134 @@ def test_verdicts_of_a_checker_that_dies_or_prints_nothing_useful():
     a = normalise("alice.py:12: the value 0.5 at o[0, 3] is wrong. More text")
     b = normalise("/x/bob.py:40: the value -2e-05 at o[1, 7] is wrong. Other text")
     assert a == b == "FILE: the value N at o[N, N] is wrong"
+
+
+# ---- limits, causes, identical submissions, the seed (module 00: fast checks) --------------------
+
+EX00 = catalogue.resolve("00")
+MEMORY_LIMIT = 2 * 2**30        # set low for the test (GRADER_LIMIT_MEMORY); 00's check uses < 1 GB
+PROCESS_LIMIT = 16              # GRADER_LIMIT_PROCESSES
+
+
+def _grade00(folder: Path, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), GRADER_STATE_DIR=str(tmp_path / "state"),
+               GRADER_LIMIT_MEMORY=str(MEMORY_LIMIT), GRADER_LIMIT_PROCESSES=str(PROCESS_LIMIT))
+    return subprocess.run([sys.executable, "-m", "grader", "grade", str(folder), "--exercise", "00",
+                           "--backend", "cpu", "--jobs", "2", "--timeout", "5", *extra],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+
+
+def student_facing_leaks(text: str, *places: Path) -> list[str]:
+    """What a student-facing message must never hold: the grading machine's paths (its temporary
+    folders, the autograder's root, /autograder) or a literal ID where an exercise id is due."""
+    import re
+    import tempfile
+    roots = {str(p) for p in places} | {tempfile.gettempdir() + "/", "/autograder", "/tmp/"}
+    found = [r for r in roots if r in text]
+    found += [m.group(0) for m in re.finditer(r"\bcheck-\w{8}|\bgrader-grade-\w+|\bautograder-\w{8}", text)]
+    found += [m.group(0) for m in re.finditer(r"(?<![\w-])ID(?![\w-])", text)]
+    return found
+
+
+@pytest.mark.slow
+def test_a_class_where_two_submissions_run_into_the_limits(tmp_path):
+    """Five submissions of 00: one allocates three times the memory limit, one forks 200 children
+    that sleep (bounded here, so that a broken limit cannot take the machine down); both score 0 with
+    their reasons, and the other three (the solution, the same program with other comments and
+    spacing, a wrong version) are graded as usual. Nothing is left on disk or running."""
+    subs = tmp_path / "class"
+    subs.mkdir()
+    sol = _solution(EX00)
+    (subs / "ada.py").write_text(sol)
+    ben = _with_body("    # ben was here\n", EX00).replace("__global__", "/* mine */  __global__")
+    assert ben != sol
+    (subs / "ben.py").write_text(ben)
+    (subs / "wrong.py").write_text(build(next(w for w in for_exercise(EX00) if w.name == "gqa_wrong_head"), sol))
+    (subs / "hog.py").write_text(_with_body(
+        f"    import numpy as np\n    x = np.empty({3 * MEMORY_LIMIT}, dtype=np.uint8)\n", EX00))
+    (subs / "forky.py").write_text(_with_body(
+        "    import os, time\n    for _ in range(200):\n        if os.fork() == 0:\n"
+        "            time.sleep(60)\n            os._exit(0)\n", EX00))
+    (tmp_path / "tmp").mkdir()
+
+    run = _grade00(subs, tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = tmp_path / f"class-grade-{EX00.id}"
+    report = json.loads((out / "report.json").read_text())
+    rows = report["students"]
+    assert {s: rows[s]["status"] for s in rows} == {"ada": "passed", "ben": "passed", "wrong": "failed",
+                                                    "hog": "failed", "forky": "over_limit"}
+    assert rows["wrong"]["cases_passed"] == 16 and rows["wrong"]["first_failing_case"] == "gqa_4_to_1"
+    assert rows["hog"]["cases_passed"] == 0
+    assert "MemoryError" in rows["hog"]["cause"] and "the memory limit is 2 GiB per process" in rows["hog"]["cause"]
+    assert rows["forky"]["cases_passed"] == 0
+    assert f"past the limit of {PROCESS_LIMIT}" in rows["forky"]["cause"]
+    assert "limits: 2 GiB of memory per process" in run.stdout
+
+    # summary.md: every failing student's full first cause (never cut), and ada and ben as one program.
+    summary = (out / "summary.md").read_text()
+    who = summary.split("## Who failed", 1)[1].split("##", 1)[0]
+    full = ("query head h reads the wrong kv head of k and v: h % Hkv (the output matches it). With "
+            "grouped-query attention, H / Hkv consecutive query heads share one kv head: h_kv = h / (H / Hkv).")
+    assert f"- **wrong**: failed at case gqa_4_to_1 (16/18 cases pass): {full}" in who
+    assert "…" not in who and "MemoryError" in who and "past the limit of 16" in who
+    identical = summary.split("## Identical submissions", 1)[1]
+    assert "- **ada**, **ben** (passed)" in identical and "wrong" not in identical
+    assert report["summary"]["identical"] == [{"students": ["ada", "ben"], "verdicts": ["passed"]}]
+
+    # What a student reads names their own file, never the grader's folders.
+    for student, row in rows.items():
+        for key in ("verdict", "cause", "message"):
+            assert not student_facing_leaks(row[key] or "", tmp_path), (student, key, row[key])
+    assert "hog.py" in rows["hog"]["message"]
+
+    # The seed: derived from the exercise id, the same without --seed on every run.
+    from grader.grade import assignment_seed
+    assert report["seed"] == assignment_seed(EX00.id)
+
+    # Nothing left: no scratch folder, no process of the fork loop.
+    assert list((tmp_path / "tmp").iterdir()) == []
+    assert _alive("forky.py") == []
+    assert list(subs.iterdir()) and not (subs / "__pycache__").exists()
+
+
+def test_fingerprints_ignore_comments_and_whitespace_only(tmp_path):
+    from grader.grade import fingerprint, identical_groups
+    src = ('KERNEL = r"""\n// the scores\n__global__ void f(float* x) { /* one */ x[0] = 1.0f; // done\n'
+           '  const char* s = "// kept";\n}\n"""\n\ndef f(rt, x):  # launch\n    return x\n')
+    same = src.replace("// the scores\n", "").replace("  # launch", "").replace("x[0] = 1.0f;", "x[0]=1.0f;")
+    assert fingerprint(src) == fingerprint(same)
+    assert fingerprint(src) != fingerprint(src.replace("// kept", "// other"))       # a string's text
+    assert fingerprint(src) != fingerprint(src.replace("1.0f", "2.0f"))
+    assert fingerprint("def f(:\n  # broken\n") == fingerprint("def f(:\n")             # not Python: still
+    files = {}
+    for name, text in (("c", src), ("a", same), ("b", src.replace("1.0f", "2.0f")), ("d", src)):
+        files[name] = tmp_path / f"{name}.py"
+        files[name].write_text(text)
+    assert identical_groups(files) == [["a", "c", "d"]]
+
+
+def test_the_limits_in_words_and_from_the_environment(monkeypatch):
+    from grader.limits import MEMORY_BYTES, Limits, parse_size, user_threads
+    assert parse_size("1.5G") == 3 * 2**29 and parse_size("64M") == 2**26 and parse_size("4096") == 4096
+    monkeypatch.setenv("GRADER_LIMIT_OUTPUT", "8M")
+    limits = Limits.for_check("gpu", 99.5)
+    assert (limits.memory, limits.cpu, limits.output) == (MEMORY_BYTES, 100, 8 * 2**20)
+    assert limits.describe().startswith("4 GiB of memory per process (data), 100 s of CPU time")
+    assert user_threads() >= 1                       # what RLIMIT_NPROC counts, for users other than root
+
+
+def test_a_check_stopped_by_a_limit_reads_as_one():
+    import signal
+    from grader.grade import ChildResult, interpret
+    from grader.limits import Limits
+    limits = Limits(2**30, 60, 16, 2**20, "cpu")
+    row = interpret(ChildResult(None, "", "", 1.0, False, ("processes", "it ran 40 processes at once, past "
+                                "the limit of 16 (a fork in a loop?), and was stopped"), limits), 60)
+    assert row["status"] == "over_limit" and row["cause_group"] == "over the limit on processes"
+    row = interpret(ChildResult(-signal.SIGXCPU, "", "", 1.0, False, None, limits), 60)
+    assert row["status"] == "over_limit" and "CPU-time limit, 60 s" in row["cause"]
+    report = {"passed": False, "cases": [{"name": "tiny", "passed": False, "kind": "error",
+                                          "message": "your code raised OSError: [Errno 27] File too large"}]}
+    row = interpret(ChildResult(1, json.dumps(report), "", 1.0, False, None, limits), 60)
+    assert row["status"] == "failed" and "the output limit is 1 MiB" in row["cause"]

@@ -7,9 +7,14 @@ arrive, on CPU-only machines (the emulator runs the kernels).
 - submission.py: finding a module's file in whatever a student uploaded.
 
 This file holds what both share: the plan (which modules, the points of each case, which cases
-stay hidden until the due date, the time limits, the seed) and the versions the course was tested
-with. A module's points default to POINTS below and are split evenly over its cases, in hundredths;
-`--points FILE` overrides them:
+stay hidden until the due date, the time limits, the seed), the scoring of a module's cases from its
+check (`score_module`: the same points on both platforms) and the versions the course was tested
+with. The seed is derived from the modules graded (`assignment_name`) unless --seed gives one, so that
+rebuilding an autograder keeps the class's inputs, and a student's replay gets them too.
+
+A module's points default to POINTS below and are split evenly over its cases in sixteenths of a
+point (`split_points`: binary fractions, whose sums are exact, also where GitHub Classroom's
+reporter adds the tests' scores in JavaScript); `--points FILE` overrides them:
 
     {"00": 10,
      "02_flash_forward": {"points": 20, "visibility": "visible",
@@ -23,7 +28,7 @@ import json
 import math
 import sys
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ..errors import GraderError
 
@@ -72,12 +77,19 @@ class Plan:
         return cls(modules, int(data["seed"]), float(data["case_timeout"]), data.get("backend", BACKEND))
 
 
+SHARE = 16                      # a case's share of its module's points is a whole number of 1/SHARE
+
+
 def split_points(total: float, n: int) -> list[float]:
-    """`total` over `n` cases in hundredths, summing exactly; the later (larger) cases get the odd
-    hundredths."""
-    cents = round(total * 100)
-    base, extra = divmod(cents, n) if n else (0, 0)
-    return [(base + (1 if i >= n - extra else 0)) / 100 for i in range(n)]
+    """`total` over `n` cases in sixteenths of a point (hundredths where `total` is no whole number
+    of sixteenths), summing exactly; the later (larger) cases get the odd units. Sixteenths are
+    binary fractions: any sum of them is exact in floating point, so a student who passes every case
+    gets exactly `total` wherever the scores are added (GitHub Classroom's reporter adds them in
+    JavaScript: hundredths gave 20.000000000000004 of 20)."""
+    unit = SHARE if abs(round(total * SHARE) - total * SHARE) < 1e-9 else 100
+    units = round(total * unit)
+    base, extra = divmod(units, n) if n else (0, 0)
+    return [(base + (1 if i >= n - extra else 0)) / unit for i in range(n)]
 
 
 def _number(value, where: str) -> float:
@@ -148,9 +160,9 @@ def make_plan(ids, points_file=None, after_due_date=(), case_timeout=None, seed=
               shrink=True) -> Plan:
     """The modules `ids` (as the command line gives them) with their cases' points and visibility."""
     from ..catalogue import resolve
-    from ..engine.check import DEFAULT_CASE_TIMEOUT, new_seed
+    from ..engine.check import DEFAULT_CASE_TIMEOUT
     from ..engine.runner import select_cases
-    from ..grade import submission_limit
+    from ..grade import assignment_seed, submission_limit
     exes = []
     for i in ids:
         try:
@@ -196,7 +208,118 @@ def make_plan(ids, points_file=None, after_due_date=(), case_timeout=None, seed=
             cases.append(CasePlan(n, fixed.get(n, shares.get(n, 0.0)), vis))
         modules.append(ModulePlan(ex.id, ex.entry, round(total, 2),
                                   submission_limit(len(names), case_timeout, shrink), cases))
-    return Plan(modules, seed if seed is not None else new_seed(), case_timeout)
+    return Plan(modules, seed if seed is not None else assignment_seed(assignment_name(m.id for m in modules)),
+                case_timeout)
+
+
+def assignment_name(ids) -> str:
+    """An autograder's assignment, named by the modules it grades (in the course's order): its seed
+    is derived from this name unless --seed gives one."""
+    return "+".join(sorted(ids))
+
+
+# ---- scoring a module: one function for both platforms ----------------------------------------------
+
+def replay_command(ex_id: str, name: str, seed: int, backend: str = BACKEND) -> str:
+    """The command a student pastes to replay their check: on their course's own exercise file when
+    they submitted it under its name (exercises/ID.py), else on the file they submitted."""
+    import shlex
+    base = PurePosixPath(name).name
+    which = "" if base == f"{ex_id}.py" else f"--file {shlex.quote(base)} "
+    return f"grader check {ex_id} {which}--backend {backend} --seed {seed}"
+
+
+def _shape(params: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+def _err(x) -> str:
+    return x if isinstance(x, str) else "-" if x is None else f"{x:.1e}"
+
+
+def case_output(case: dict, replay: str) -> str:
+    """What a student reads of one case: what `grader check` says of it (its message, the smallest
+    failing shape, the command that replays it)."""
+    from ..cli import failure_lines
+    head = f"case {case['name']} ({_shape(case.get('params') or {})})"
+    if case["passed"]:
+        return f"{head}: passed (relative error {_err(case.get('rel_err'))}, max abs error " \
+               f"{_err(case.get('max_abs_err'))})."
+    if case["kind"] == "not_run":
+        return f"{head}: {case['message']} (an earlier test of this module says why)."
+    lines = failure_lines(case, replay) if case["kind"] != "not_implemented" else [case["message"]]
+    if case.get("limit"):                      # grade.interpret: a MemoryError, a write refused
+        lines.insert(1 if case["kind"] != "not_implemented" else 0, f"  ({case['limit']}.)")
+    return f"{head}:\n" + "\n".join(lines)
+
+
+@dataclass
+class CaseScore:
+    case: CasePlan
+    passed: bool
+    output: str                 # what the student reads of it
+
+    @property
+    def score(self) -> float:
+        return self.case.points if self.passed else 0.0
+
+
+@dataclass
+class ModuleScore:
+    module: ModulePlan
+    cases: list[CaseScore]
+    verdict: str                # the module in a few words: "all 18 tests pass", "does not compile: ..."
+    file: str | None            # the file as the student knows it; None when there was none
+    note: str = ""
+    replay: str = ""            # the command that replays the check
+
+    @property
+    def score(self) -> float:
+        return round(sum(c.score for c in self.cases), 6)      # exact for sixteenths
+
+
+def score_module(m: ModulePlan, row: dict | None, seed: int, file: str | None, shown: str | None = None,
+                 note: str = "", backend: str = BACKEND, missing: str | None = None) -> ModuleScore:
+    """Module `m`'s cases scored from grade.py's reading of its check (`interpret`; its "report" the
+    check's JSON): a case's points if it passed, 0 otherwise, with what the check says of it. Both
+    autograders score with this, so a submission gets the same points on Gradescope and on GitHub
+    Classroom. `file` is the submitted file's name (None: there was none); `shown` how the student
+    knows it ("course.zip: exercises/02_flash_forward.py"); `row` None with a file: not checked (the
+    budget ran out first); `missing` what to say when there is no file."""
+    if file is None:
+        why = missing or (f"no file for {m.id} in your submission: upload exercises/{m.id}.py (a .py file of "
+                          f"any name that defines {m.entry}() works too, and so does a .zip of your course "
+                          "folder).")
+        return ModuleScore(m, [CaseScore(c, False, why) for c in m.cases], why, None, note)
+    replay = replay_command(m.id, file, seed, backend)
+    if row is None:
+        why = (f"not checked: the autograder's time ran out before {m.id} (earlier modules took it); "
+               "tell your instructor.")
+        return ModuleScore(m, [CaseScore(c, False, why) for c in m.cases], why, shown or file, note, replay)
+    report = row.get("report") or {}
+    by_name = {c["name"]: c for c in report.get("cases", [])} if not report.get("error") else {}
+    scored = []
+    for c in m.cases:
+        case = by_name.get(c.name)
+        if case is None:
+            whole = row.get("verdict") or "not checked"
+            detail = row.get("cause") or row.get("message") or ""
+            said = f"{whole}: {detail}" if detail and detail not in whole else whole
+            scored.append(CaseScore(c, False, said))
+        else:
+            scored.append(CaseScore(c, bool(case["passed"]), case_output(case, replay)))
+    status = row.get("status")
+    if status in ("passed", "failed"):
+        failed = [s.case.name for s in scored if not s.passed]
+        verdict = (f"{len(failed)} of {len(scored)} tests failed, the first: {failed[0]}" if failed else
+                   f"all {len(scored)} tests pass")
+    elif status == "not_implemented":
+        verdict = "not implemented yet: fill in the TODOs (each test says where to start)"
+    else:
+        verdict = row.get("verdict") or status or "not checked"
+        if status in ("does_not_compile", "does_not_import") and row.get("cause") not in verdict:
+            verdict += f": {row['cause']}"
+    return ModuleScore(m, scored, verdict, shown or file, note, replay)
 
 
 # ---- the versions tested ---------------------------------------------------------------------------
@@ -259,7 +382,8 @@ def cmd_autograder(args) -> int:
         for opt in ("after_due_date", "budget"):
             if getattr(args, opt):
                 raise GraderError(f"--{opt.replace('_', '-')} is for Gradescope only: GitHub Classroom "
-                                  "scores a whole module at once and shows every result.")
+                                  "shows every test's result at once, and each module's step has its own "
+                                  "time limit.")
     if args.budget is not None and args.budget <= 0:
         raise GraderError("--budget must be a positive number of seconds.")
     plan = make_plan(args.ids, args.points, args.after_due_date, args.timeout, args.seed)

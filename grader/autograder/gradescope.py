@@ -18,9 +18,11 @@ that a test lays out the same tree anywhere.
 
 `run` finds each module's file in the submission (submission.py), checks it in a child process
 with grade.py's runner (`grader check --json`, the plan's seed, a time limit per case and one for
-the whole check), and writes one test per case: its points if it passed, 0 otherwise, with the
-grader's message, the smallest failing shape and the command that replays it. A missing file, a
-file that does not import or compile, a crash and a hang all score 0 with what happened; results.json
+the whole check, a scratch folder of its own, the limits of grader/limits.py; messages name the
+file by its own name, never /autograder's paths), and writes one test per case, scored by
+`score_module` as GitHub Classroom's are: its points if it passed, 0 otherwise, with the grader's
+message, the smallest failing shape and the command that replays it. A missing file, a file that
+does not import or compile, a crash, a hang and a limit hit all score 0 with what happened; results.json
 is written before anything runs (every test "not graded yet") and after each module, so that
 even a run stopped by Gradescope's own time limit leaves one.
 """
@@ -37,7 +39,8 @@ import zipfile
 from pathlib import Path
 
 from ..errors import GraderError
-from . import BACKEND, ModulePlan, Plan, constraints_text, tested_python
+from ..limits import Limits
+from . import BACKEND, ModulePlan, Plan, constraints_text, replay_command, score_module, tested_python
 from .submission import Found, gather, locate
 
 CONFIG = "autograder.json"
@@ -123,8 +126,10 @@ grader runs every kernel on its CPU emulator.
   checks it with seed {seed}, and writes `results.json`: one test per case.
 - `autograder.json`: the modules, each case's points and visibility, the time limits.
 
-Students replay a result with `grader check ID --backend cpu --seed {seed}` (and the `--case` or
-`--shape` that a test's output names).
+Every submission is checked on the same inputs (seed {seed}, derived from the modules unless
+`--seed` gave it), under limits on memory, CPU time, processes and output ({limits}), in a scratch
+folder of its own. Students replay a check with the command its output names, for instance
+{replays} (each failing test names the `--case` or `--shape` that replays it alone).
 
 Try it before uploading, in a folder laid out as Gradescope lays it out (AUTOGRADER_ROOT stands for
 /autograder; without root, skip setup.sh's apt and pip part and use a Python that has the course):
@@ -188,13 +193,17 @@ def build_zip(plan: Plan, out, budget: float | None = None) -> int:
         stage = Path(tmp) / "zip"
         make_release(stage / COURSE, root)                   # refuses a release, checks for leaks
         ids = " ".join(m.id for m in plan.modules)
+        limits = Limits.for_check(plan.backend, max(m.limit for m in plan.modules))
         texts = {
             "setup.sh": SETUP_SH.replace("@PYTHON@", tested_python()),
             "run_autograder": RUN_AUTOGRADER,
             CONFIG: json.dumps(dict(plan.to_json(), budget=budget, grader_version=version(),
                                     python=tested_python()), indent=1) + "\n",
             "constraints.txt": constraints_text(("nvrtc",)),
-            "README.md": README.format(ids=ids, version=version(), python=tested_python(), seed=plan.seed),
+            "README.md": README.format(ids=ids, version=version(), python=tested_python(), seed=plan.seed,
+                                       limits=limits.describe(),
+                                       replays=", ".join(f"`{replay_command(m.id, m.id + '.py', plan.seed)}`"
+                                                         for m in plan.modules)),
         }
         for name, text in texts.items():
             (stage / name).write_text(text)
@@ -217,84 +226,48 @@ def build_zip(plan: Plan, out, budget: float | None = None) -> int:
 
 # ---- inside the container ----------------------------------------------------------------------
 
-def _shape(params: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in params.items())
-
-
-def _err(x) -> str:
-    return x if isinstance(x, str) else "-" if x is None else f"{x:.1e}"
-
-
-def case_output(case: dict, replay: str) -> str:
-    """A test's output: what `grader check` says of the case (message, smallest failing shape,
-    the command that replays it)."""
-    from ..cli import failure_lines
-    head = f"case {case['name']} ({_shape(case.get('params') or {})})"
-    if case["passed"]:
-        return f"{head}: passed (relative error {_err(case.get('rel_err'))}, max abs error " \
-               f"{_err(case.get('max_abs_err'))})."
-    if case["kind"] == "not_run":
-        return f"{head}: {case['message']} (an earlier test of this module says why)."
-    lines = failure_lines(case, replay) if case["kind"] != "not_implemented" else [case["message"]]
-    return f"{head}:\n" + "\n".join(lines)
-
-
 def _test(m: ModulePlan, c, passed: bool, output: str) -> dict:
     return {"name": f"{m.id}: {c.name}", "score": c.points if passed else 0.0, "max_score": c.points,
             "status": "passed" if passed else "failed", "output": output, "visibility": c.visibility}
 
 
 def module_tests(m: ModulePlan, found: Found | None, row: dict | None, seed: int,
-                 backend: str = BACKEND) -> tuple[list[dict], str]:
-    """The tests of module `m` and the line the submission's summary gives it. `row` is grade.py's
-    reading of the child's outcome (`interpret`, its "report" the check's JSON), None when no check
-    ran (`found` None: no file; else the budget ran out)."""
-    if found is None:
-        why = (f"no file for {m.id} in your submission: upload exercises/{m.id}.py (a .py file of any "
-               f"name that defines {m.entry}() works too, and so does a .zip of your course folder).")
-        return [_test(m, c, False, why) for c in m.cases], f"{m.id}: 0/{m.points:g} points: {why}"
-    if row is None:
-        why = (f"not checked: the autograder's time ran out before {m.id} (earlier modules took it); "
-               "tell your instructor.")
-        return [_test(m, c, False, why) for c in m.cases], f"{m.id}: 0/{m.points:g} points: {why}"
-    report = row.get("report") or {}
-    by_name = {c["name"]: c for c in report.get("cases", [])} if not report.get("error") else {}
-    replay = f"grader check {m.id} --file {found.path.name} --backend {backend} --seed {seed}"
-    tests = []
-    for c in m.cases:
-        case = by_name.get(c.name)
-        if case is None:
-            whole = row.get("verdict") or "not checked"
-            detail = row.get("message") or row.get("cause") or ""
-            tests.append(_test(m, c, False, f"{whole}: {detail}" if detail and detail not in whole else whole))
-        else:
-            tests.append(_test(m, c, bool(case["passed"]), case_output(case, replay)))
-    shown = [(c, t) for c, t in zip(m.cases, tests) if c.visibility == "visible"]
-    got = sum(t["score"] for _, t in shown)
-    of = sum(c.points for c, _ in shown)
-    later = len(tests) - len(shown)
-    status = row.get("status")
-    if status in ("passed", "failed"):
-        failed = [c.name for c, t in shown if t["status"] == "failed"]
+                 backend: str = BACKEND) -> tuple[list[dict], str, str | None]:
+    """The tests of module `m`, the line the submission's summary gives it, and the command that
+    replays its check (None without a file). The points are `score_module`'s, as on GitHub Classroom.
+    `row` is grade.py's reading of the child's outcome (`interpret`), None when no check ran
+    (`found` None: no file; else the budget ran out)."""
+    scored = score_module(m, row, seed, found.path.name if found else None, found.shown if found else None,
+                          found.note if found else "", backend)
+    tests = [_test(m, s.case, s.passed, s.output) for s in scored.cases]
+    if found is None or row is None:
+        return tests, f"{m.id}: 0/{m.points:g} points: {scored.verdict}", scored.replay or None
+    shown = [s for s in scored.cases if s.case.visibility == "visible"]
+    got = sum(s.score for s in shown)
+    of = sum(s.case.points for s in shown)
+    later = len(scored.cases) - len(shown)
+    verdict = scored.verdict
+    if row.get("status") in ("passed", "failed"):        # of the tests shown now
+        failed = [s.case.name for s in shown if not s.passed]
         verdict = (f"{len(failed)} of {len(shown)} tests failed, the first: {failed[0]}" if failed else
                    f"all {len(shown)} tests pass")
-    elif status == "not_implemented":
-        verdict = "not implemented yet: fill in the TODOs (each test says where to start)"
-    else:
-        verdict = row.get("verdict") or status or "not checked"
-        if status in ("does_not_compile", "does_not_import") and row.get("cause") not in verdict:
-            verdict += f": {row['cause']}"
-    line = (f"{m.id}: {got:g}/{of:g} points ({found.shown}): {verdict}"
+    line = (f"{m.id}: {got:g}/{of:g} points ({scored.file}): {verdict}"
             + (f"; {later} more test{'s' if later > 1 else ''} shown later" if later else "")
-            + (f". Note: {found.note}" if found.note else ""))
-    return tests, line
+            + (f". Note: {scored.note}" if scored.note else ""))
+    return tests, line, scored.replay
 
 
-def results_json(tests: list[dict], lines: list[str], seconds: float, plan: Plan, notes=()) -> dict:
+def results_json(tests: list[dict], lines: list[str], seconds: float, plan: Plan, notes=(),
+                 replays=()) -> dict:
+    """results.json: the tests, and an output that gives each module's line, the seed and the
+    commands that replay each module's check."""
     out = lines + [f"Note: {n}" for n in notes]
-    out.append(f"Checked on the CPU emulator with seed {plan.seed}: `grader check ID --backend cpu --seed "
-               f"{plan.seed}` replays these inputs.")
-    return {"score": round(sum(t["score"] for t in tests), 2), "execution_time": int(round(seconds)),
+    out.append(f"Checked on the CPU emulator with seed {plan.seed}, the assignment's: every submission gets "
+               "the same inputs.")
+    if replays:
+        out.append("Replay a check on your own machine, in your copy of the course: "
+                   + "; ".join(f"`{r}`" for r in replays) + ".")
+    return {"score": round(sum(t["score"] for t in tests), 6), "execution_time": int(round(seconds)),
             "output": "\n".join(out), "visibility": "visible", "stdout_visibility": "hidden",
             "tests": tests}
 
@@ -312,7 +285,7 @@ def load_plan(root: Path) -> tuple[Plan, float]:
 
 def run(root: Path) -> int:
     """Grade the submission under `root` (Gradescope's /autograder): results/results.json."""
-    from ..grade import Runner, check_command, child_env, interpret
+    from ..grade import Runner, interpret
     start = time.monotonic()
     results = root / "results" / "results.json"
     results.parent.mkdir(parents=True, exist_ok=True)
@@ -320,16 +293,19 @@ def run(root: Path) -> int:
     pending = "not graded yet: the autograder stopped before this test (its time limit?); tell your instructor."
     tests = {m.id: [_test(m, c, False, pending) for c in m.cases] for m in plan.modules}
     lines = {m.id: f"{m.id}: not graded yet" for m in plan.modules}
+    replays: dict[str, str] = {}
 
     def write(notes=()) -> None:
         _write(results, results_json([t for m in plan.modules for t in tests[m.id]],
-                                     [lines[m.id] for m in plan.modules], time.monotonic() - start, plan, notes))
+                                     [lines[m.id] for m in plan.modules], time.monotonic() - start, plan, notes,
+                                     [replays[m.id] for m in plan.modules if replays.get(m.id)]))
     write()
+    print(f"seed {plan.seed}; {plan.case_timeout:g} s per case", flush=True)
     with tempfile.TemporaryDirectory(prefix="autograder-") as tmp:
         tmp = Path(tmp)
         files, notes = gather(root / "submission", tmp / "unpacked")
         print(f"submission: {', '.join(s for _, s in files) or 'no .py file'}", flush=True)
-        runner = Runner(tmp, child_env(tmp))
+        runner = Runner(tmp)
         for m in plan.modules:
             stub = root / "source" / COURSE / "exercises" / f"{m.id}.py"
             found = locate(m.id, m.entry, files, stub.read_text() if stub.is_file() else None)
@@ -337,12 +313,12 @@ def run(root: Path) -> int:
             left = budget - (time.monotonic() - start) - RESERVE
             if found is not None and left > 5:
                 limit = min(m.limit, left)
-                cmd = check_command(m.id, found.path, plan.backend, plan.seed, plan.case_timeout, shrink=True)
-                child = runner.run(cmd, limit)
+                child = runner.check(m.id, found.path, found.path.name, plan.backend, plan.seed,
+                                     plan.case_timeout, limit, shrink=True)
                 row = interpret(child, limit)
                 if child.stderr.strip():
                     print(child.stderr[-4000:], flush=True)
-            tests[m.id], lines[m.id] = module_tests(m, found, row, plan.seed, plan.backend)
+            tests[m.id], lines[m.id], replays[m.id] = module_tests(m, found, row, plan.seed, plan.backend)
             print(lines[m.id], flush=True)
             write(notes)
     return 0
@@ -351,13 +327,13 @@ def run(root: Path) -> int:
 def warm(root: Path) -> int:
     """Check every module's stub once (setup.sh): builds the emulator's runtime and the stubs'
     kernels into the kernel cache, and proves the machine can check. Exit 1 when it cannot."""
-    from ..grade import Runner, check_command, child_env, interpret
+    from ..grade import Runner, interpret
     plan, _ = load_plan(root)
     with tempfile.TemporaryDirectory(prefix="autograder-warm-") as tmp:
-        runner = Runner(Path(tmp), child_env(Path(tmp)))
+        runner = Runner(Path(tmp))
         for m in plan.modules:
             stub = root / "source" / COURSE / "exercises" / f"{m.id}.py"
-            child = runner.run(check_command(m.id, stub, plan.backend, plan.seed, plan.case_timeout), m.limit)
+            child = runner.check(m.id, stub, stub.name, plan.backend, plan.seed, plan.case_timeout, m.limit)
             row = interpret(child, m.limit)
             print(f"warm {m.id}: the stub is {row['verdict']} ({child.seconds:.1f} s)", flush=True)
             if row["status"] not in ("not_implemented", "passed", "failed"):
