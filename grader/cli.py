@@ -622,6 +622,10 @@ def build_parser() -> argparse.ArgumentParser:
                                           "no GPU needed")
     s.add_argument("platform", choices=("gradescope", "github"))
     s.add_argument("ids", nargs="+", metavar="ID", help="the modules graded, e.g. 00 01")
+    s.add_argument("--modules", nargs="+", metavar="ID",
+                   help="github: the modules of the students' repository (default: the graded ones)")
+    s.add_argument("--allow-answer-in-stubs", action="store_true",
+                   help="github: allow a module whose stub holds an earlier module's answer (see release)")
     s.add_argument("--out", required=True,
                    help="gradescope: the zip to write (FILE.zip); github: a new or empty folder for the "
                         "template repository (both outside the course)")

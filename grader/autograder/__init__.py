@@ -378,6 +378,9 @@ def tested_python() -> str:
 # ---- the command ---------------------------------------------------------------------------------
 
 def cmd_autograder(args) -> int:
+    if args.platform != "github" and (args.modules or args.allow_answer_in_stubs):
+        raise GraderError("--modules and --allow-answer-in-stubs are for github: they choose the modules of "
+                          "the students' repository (a Gradescope zip is the instructors' and holds them all).")
     if args.platform == "github":
         for opt in ("after_due_date", "budget"):
             if getattr(args, opt):
@@ -391,4 +394,4 @@ def cmd_autograder(args) -> int:
         from .gradescope import build_zip
         return build_zip(plan, args.out, budget=args.budget)
     from .github import build_template
-    return build_template(plan, args.out)
+    return build_template(plan, args.out, args.modules, args.allow_answer_in_stubs)

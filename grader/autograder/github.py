@@ -124,20 +124,28 @@ def workflow(plan: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_template(plan: Plan, out) -> int:
+def build_template(plan: Plan, out, modules=None, allow_answer_in_stubs: bool = False) -> int:
+    """The student repository: the release of `modules` (default: the graded ones; `release.assigned`
+    refuses a set whose later stub gives an earlier answer away) with the workflow."""
     from .. import paths
-    from ..release import check_out_dir, leaks, make_release, solution_only_lines
+    from ..release import assigned, check_out_dir, leaks, make_release, solution_only_lines
     root = paths.course_root()
+    graded = [m.id for m in plan.modules]
+    ids = assigned(list(modules or graded), allow_answer_in_stubs, root)
+    missing = [g for g in graded if g not in ids]
+    if missing:
+        raise GraderError(f"--modules leaves out {', '.join(missing)}, which the assignment grades: "
+                          "a student repository holds every module it grades.")
     out = check_out_dir(out, root)
     later = [f"{m.id}:{c.name}" for m in plan.modules for c in m.cases if c.visibility != "visible"]
-    result = make_release(out, root)
+    result = make_release(out, root, modules=ids, allow_answer_in_stubs=allow_answer_in_stubs)
     files = ((WORKFLOW, workflow(plan)), (PLAN, json.dumps(plan.to_json(), indent=1) + "\n"),
              (CONSTRAINTS, constraints_text(("nvrtc",))))
     try:
         for rel, text in files:
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
             (out / rel).write_text(text)
-        found = leaks(out / ".github", solution_only_lines(root))
+        found = leaks(out / ".github", solution_only_lines(root, ids))
         if found:
             raise GraderError("the workflow would give solutions away:\n  " + "\n  ".join(found))
     except OSError as e:
