@@ -404,6 +404,15 @@ def test_the_template_is_the_release_with_a_classroom_workflow(github):
     assert flow["on"] == ["push", "repository_dispatch"] and job["env"]["GRADER_BACKEND"] == "cpu"
     leaked = holders(out, solution_only_lines())
     assert not leaked, leaked[:5]
+    # Only the graded modules: 02's stub (which starts from 01's answer) is not handed out.
+    assert sorted(p.stem for p in (out / "exercises").glob("*.py")) == [EX, "01_online_softmax"]
+
+
+def test_a_template_whose_later_stub_holds_a_graded_answer_is_refused(tmp_path, capsys):
+    assert main(["autograder", "github", "02", "03", "--out", str(tmp_path / "repo")]) == 2
+    err = capsys.readouterr().err
+    assert "exercises/03_flash_causal.py holds" in err and "--allow-answer-in-stubs" in err
+    assert not (tmp_path / "repo").exists()
 
 
 def test_the_workflow_scores_each_case_as_gradescope_does(github, gradescope, tmp_path):
