@@ -1,5 +1,5 @@
-"""The `grader` command: list, check, watch, hint, bench, doctor, clean (and `stubs`, `notebooks`, `release`,
-`grade`, `autograder` for instructors).
+"""The `grader` command: list, check, watch, hint, bench, ladder, doctor, clean (and `stubs`, `notebooks`,
+`release`, `grade`, `autograder` for instructors).
 
 Exit codes: 0 success, 1 a check failed, 2 a usage or environment error.
 """
@@ -403,6 +403,19 @@ def cmd_bench(args) -> int:
     return bench(ex, _target_file(ex, args), as_json=args.json, quick=args.quick)
 
 
+def cmd_ladder(args) -> int:
+    from .ladder import ladder, variants
+    ex = _exercise(args.id)
+    if args.variants is not None:         # `--variants 27 32` or `27 32 --variants`: those variants
+        return variants(ex, args.variants + args.steps, args.backend, args.out, nvcc=args.nvcc, build=args.build,
+                        cubins=args.cubins, cases=args.cases, rounds=args.rounds, check=not args.no_check,
+                        write=args.write, listing=args.list)
+    for flag in ("build", "cubins", "cases", "rounds", "no_check", "write"):
+        if getattr(args, flag) not in (None, False):
+            raise GraderError(f"--{flag.replace('_', '-')} is for module 11's variants: add --variants")
+    return ladder(ex, args.steps, args.backend, args.out, nvcc=args.nvcc, listing=args.list)
+
+
 def _counters(ex, path, as_json=False) -> int:
     from .counting import print_counts
     from .engine.runner import load_exercise_function
@@ -573,6 +586,31 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--backend", choices=("gpu", "cpu"), default="gpu",
                    help="cpu: the emulator's counters and a roofline estimate instead of GPU timings")
     s.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("ladder", help="a module's speed ladder (06, 10, 11): its kernel one idea at a time, "
+                                      "each step checked, then timed on a GPU (on the CPU: checked only)")
+    s.add_argument("id", help="exercise id, e.g. 06")
+    s.add_argument("steps", nargs="*", type=int, metavar="STEP",
+                   help="run these steps only (numbered from 1, as --list shows them); default: every step")
+    s.add_argument("--backend", choices=("auto", "gpu", "cpu"), default=None,
+                   help="where the steps run (default: $GRADER_BACKEND or auto); cpu: checked on the emulator, "
+                        "not timed")
+    s.add_argument("--list", action="store_true", help="list the steps and exit")
+    s.add_argument("--out", metavar="FILE", help="GPU: also write the figures to this JSON file")
+    s.add_argument("--nvcc", action="store_true",
+                   help="compile every step with the local nvcc instead (ptxas's registers, spills and warnings)")
+    v = s.add_argument_group("module 11's variants (what its lesson compares, section 12)")
+    v.add_argument("--variants", nargs="*", type=int, metavar="N",
+                   help="the variants in place of the steps: every one, or those numbered N (as --list shows them)")
+    v.add_argument("--build", metavar="DIR", help="with --nvcc: keep the cubins in DIR, for --cubins")
+    v.add_argument("--cubins", metavar="DIR", help="GPU: load the modules that --nvcc --build made in DIR")
+    v.add_argument("--cases", choices=("all", "full", "fp16-full"), help="GPU: the shapes timed (default: all)")
+    v.add_argument("--rounds", type=int, help="GPU: time every contender this many times, round after round, "
+                                              "and report the medians (default: 1)")
+    v.add_argument("--no-check", action="store_true", help="GPU: time without checking first")
+    v.add_argument("--write", type=int, metavar="N",
+                   help="apply variant N's text edits to solutions/11_backward_tensor_cores.py")
+    s.set_defaults(func=cmd_ladder)
 
     s = sub.add_parser("doctor", help="what this machine can do, and what to install")
     s.set_defaults(func=cmd_doctor)

@@ -5,6 +5,8 @@ What a release leaves out, and why (LEFT_OUT below is the list the code applies)
 
 - `solutions/`: the answers.
 - `grader/tasks/*/wrong.py`: each wrong version is a text edit that quotes the solution's code.
+- `grader/tasks/*/ladder.py`, `grader/tasks/*/variants.py`: the speed ladders' kernels (`grader ladder`)
+  are the solutions' code spliced and edited, and quote it.
 - `tests/`: most tests run or quote the solutions; `scripts/` (but the notebook runner): tuning sweeps,
   the GPU suite, the mutation and wrong-version runners, all read the solutions; `.ci/`: runs the tests.
 - whatever the course's .gitignore names and every cache: `.git` (the history holds every solution;
@@ -39,6 +41,8 @@ MARKER = ".course-release"
 LEFT_OUT = (
     ("solutions/", "the answers"),
     ("grader/tasks/*/wrong.py", "the wrong versions are edits that quote the solutions"),
+    ("grader/tasks/*/ladder.py", "the speed ladders' kernels quote the solutions"),
+    ("grader/tasks/*/variants.py", "module 11's variants are edits that quote its solution"),
     ("tests/", "most tests run or quote the solutions"),
     ("scripts/*", "instructors' tools that read the solutions (the notebook runner stays)"),
     (".ci/", "CI runs the tests"),

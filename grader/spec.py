@@ -65,3 +65,46 @@ class Cause(NamedTuple):
 class Seen(NamedTuple):
     """A plain observation of what the outputs show, never worded as a cause."""
     text: str
+
+
+@dataclass
+class LadderStep:
+    """One rung of a module's speed ladder (grader/tasks/NAME/ladder.py, run by `grader ladder`): a
+    complete kernel with the solution's signature, built from the solution's own code. `kernel(rt, d,
+    dtype)` gives its main kernel as (the compiled function, its name, its shared-memory bytes), for
+    the registers it takes; `timed=False` marks a variant checked with the whole ladder, never timed.
+    A ladder's extra variants (module 11's) may support some head dimensions only (`dims`), be
+    diagnostics that are timed but never checked (`checked=False`), or use PTX the CPU emulator does
+    not run (`emulated=False`: checked on a GPU only)."""
+    label: str
+    fn: Callable
+    kernel: Callable | None = None
+    timed: bool = True
+    dims: tuple = ()                      # () : every head dimension the module has
+    checked: bool = True
+    emulated: bool = True
+
+
+@dataclass
+class LadderContext:
+    """What a ladder's steps are built from, handed over by `grader ladder` so that task code never
+    imports a solution: `solution(ex_id)`, the course's finished module (one copy), and
+    `fresh(ex_id)`, a new copy of it (its own KERNEL, CONFIG and compile cache, for a step to change)."""
+    solution: Callable
+    fresh: Callable
+
+
+@dataclass
+class LadderTiming:
+    """How `grader ladder` times a ladder on a GPU once its steps passed their checks: every step and
+    baseline at each shape in `shapes` (parameters as a case's), on the device inputs that
+    `inputs(rt, params, solution)` makes (what the task's call() reads). A baseline is (label,
+    fn(BenchContext) -> outputs, whether it runs on PyTorch: timed with torch's events); `ratios`
+    names those shown as a "× label" column (their time / the row's). A figure is the median of
+    `repeats` timings; `flops(params)` gives a call's FLOPs, for TFLOP/s."""
+    shapes: list
+    inputs: Callable
+    flops: Callable
+    baselines: list = field(default_factory=list)
+    ratios: tuple = ()
+    repeats: int = 1

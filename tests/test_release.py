@@ -108,6 +108,9 @@ def test_what_needs_a_solution_says_so(release, tmp_path):
     assert r.returncode == 2 and why in r.stderr, r.stdout + r.stderr
     r = grader_in(release, "stubs", tmp_path=tmp_path)
     assert r.returncode == 2 and "which a student release leaves out" in r.stderr
+    r = grader_in(release, "ladder", "06", "--backend", "cpu", tmp_path=tmp_path)    # no ladder.py either
+    assert r.returncode == 2 and "needs solutions/06_flash_tensor_cores.py, which a student release" in r.stderr
+    assert not list(release.glob("grader/tasks/*/ladder.py")) and not list(release.glob("grader/tasks/*/variants.py"))
     r = grader_in(release, code="import runpy, sys; sys.argv = ['w', '02', 'no_rescale']; "
                   "runpy.run_module('grader.wrong', run_name='__main__')", tmp_path=tmp_path)
     assert r.returncode != 0 and "which a student release leaves out" in r.stderr

@@ -224,7 +224,7 @@ else:
 md(r'''
 ## 7. The speed after each idea
 
-`scripts/backward_tc_ladder.py` builds the kernel one idea at a time from the solution's code, checks
+`grader ladder 11` builds the kernel one idea at a time from the solution's code, checks
 each step against float64, and times it (H100, 2026-11-26, $B = 2$, $H = 16$, $N = 4096$, float16, full,
 the median of three timings of 20 calls back to back). Before the swizzle, bank conflicts serialise
 every fragment load, and the three steps before it hardly show (the lesson, section 12): which idea

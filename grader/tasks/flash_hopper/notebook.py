@@ -131,7 +131,7 @@ plt.show()
 md(r'''
 ## The speed after each idea
 
-`scripts/hopper_ladder.py` builds the kernel one idea at a time from the solution's code, checks
+`grader ladder 10` builds the kernel one idea at a time from the solution's code, checks
 each step against float64, and times it (H100, 2026-11-26, B = 2, H = 16, N = 4096, float16, full,
 the median of three timings of 20 calls back to back). Ping-pong alone is slower than warp
 specialization: it pays only once each turn issues two products and the softmax runs under the
