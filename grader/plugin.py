@@ -45,6 +45,8 @@ def pytest_addoption(parser):
                 help="do not look for a smaller failing shape")
     g.addoption("--plot-dir", dest="grader_plot_dir", help="save the first failure's arrays here")
     g.addoption("--events", dest="grader_events", help="append one JSON line per event to this file")
+    g.addoption("--no-provenance", dest="grader_no_provenance", action="store_true",
+                help="for the grader's own tests: accept outputs the launcher computes without a kernel")
     g.addoption("--no-confirm", dest="grader_no_confirm", action="store_true",
                 help="on a GPU, do not confirm the verdict on the CPU emulator")
 
@@ -87,6 +89,7 @@ class CheckRun:
         self.events = open(opt("grader_events"), "a", buffering=1) if opt("grader_events") else None
         self.failures_seen = 0
         self.shape = shape
+        self.provenance = not opt("grader_no_provenance")
         # Run as plain pytest on a GPU, a last item confirms the verdict on the emulator, as
         # `grader check` does in its parent (which passes --events, so the child never does it).
         self.confirm = self.backend == "gpu" and self.events is None and not opt("grader_no_confirm")
@@ -121,6 +124,7 @@ class CheckRun:
                     self.compile_seconds += time.process_time() - t0
                     self.emit(sync=False, event="compiled")
             rt.compile = compile
+            rt.provenance_check = self.provenance      # read before the submission is imported
             self._rt = rt
         return self._rt
 

@@ -97,7 +97,8 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def plugin_args(ex: Exercise, path: Path, backend: str, seed: int, cases: list[str] | None = None,
-                shape: dict | None = None, shrink: bool = True, plot_dir: str | None = None) -> list[str]:
+                shape: dict | None = None, shrink: bool = True, plot_dir: str | None = None,
+                provenance: bool = True) -> list[str]:
     """The command line of the pytest plugin that runs these cases (see grader/plugin.py)."""
     from .runner import format_shape
     args = ["-p", "grader.plugin", "--exercise", ex.id, "--file", str(path), "--backend", backend,
@@ -110,6 +111,8 @@ def plugin_args(ex: Exercise, path: Path, backend: str, seed: int, cases: list[s
         args.append("--no-shrink")
     if plot_dir:
         args += ["--plot-dir", plot_dir]
+    if not provenance:
+        args.append("--no-provenance")
     return args
 
 
@@ -256,11 +259,12 @@ def _interrupt(proc: subprocess.Popen, reader: _EventReader, watch: _Watch, grac
 
 def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: float | None = None,
               cases: list[str] | None = None, shape: dict | None = None, shrink: bool = True,
-              plot_dir: str | None = None, on_result=None, confirm: bool = True) -> dict:
+              plot_dir: str | None = None, on_result=None, confirm: bool = True, provenance: bool = True) -> dict:
     """Run every case of `ex` on the file at `path`; returns the JSON report of `grader check --json`.
 
     On a GPU, a check that passes is confirmed on the emulator (`confirm_on_emulator`) unless
-    `confirm` is False.
+    `confirm` is False. `provenance=False` lets outputs come from the launcher's own code (the
+    grader's tests of its comparisons use such launchers; runtimes/provenance.py).
 
     `on_result(case)` is called with each case's JSON verdict as soon as it is known (for a report
     that streams); the cases that never ran are only in the returned report.
@@ -272,7 +276,7 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
     with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
         events = Path(tmp) / "events.jsonl"
         events.touch()
-        plugin = plugin_args(ex, path, backend, seed, cases, shape, shrink, plot_dir)
+        plugin = plugin_args(ex, path, backend, seed, cases, shape, shrink, plot_dir, provenance)
         log = open(Path(tmp) / "worker.log", "w+")
         reader = _EventReader(events)
         proc = subprocess.Popen(child_command(plugin + ["--events", str(events)], Path(tmp)),
