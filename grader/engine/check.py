@@ -385,8 +385,8 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
                         cases: list[str] | None, shape: dict | None) -> str | None:
     """A GPU verdict, confirmed on the emulator (same seed), whose thread-order and bounds checks see a
     race or an out-of-bounds access that a GPU runs silently or turns into wrong numbers with no
-    cause. A pass: its smallest cases run there. A failure no replay explains: the cases up to the
-    first failing one. A fault found there fails that case (in place) with the emulator's report, so
+    cause. A pass: its smallest cases run there. A failure no replay explains: every case the GPU
+    ran, so that a cause the emulator adds is one the CPU's check states. A fault found there fails that case (in place) with the emulator's report, so
     that the check's verdict is the emulator's. Returns the check's note (None: nothing to say)."""
     from ..runtimes.cpu.build import find_compiler
     failing = next((i for i, r in enumerate(ordered) if not r.passed and r.kind != "not_run"), None)
@@ -400,7 +400,10 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
     if failing is None:
         names = [r.name for r in confirmation_cases(ordered) if r.kind != "not_run"]
     else:
-        names = [r.name for r in ordered[:failing + 1] if r.kind != "not_run"]
+        # Every case the GPU ran: a cause is settled on all the failing ones, as the CPU's check does,
+        # so the emulator can only add what a check on the CPU would state (never a cause that fewer
+        # cases leave unrefuted).
+        names = [r.name for r in ordered if r.kind != "not_run"]
     names = None if shape else names
     try:
         # A failure is shrunk there too: its first divergence is traced on the smallest failing shape.
@@ -441,6 +444,9 @@ def _named_on_emulator(r: CaseResult, report: dict, seed: int) -> str | None:
             if line.startswith(("likely cause:", "observed", "first divergence"))]
     if not said and emu.get("divergence"):
         said = [f"observed: {emu['divergence']}"]
+    said = [line for line in said if line.split(": ", 1)[-1][:120] not in r.message]   # only what is new
+    if not said:
+        return None
     r.cause = emu.get("cause")
     r.divergence = emu.get("divergence")
     kept = [line for line in r.message.splitlines() if not line.startswith("no replayed bug reproduces")]
