@@ -385,9 +385,11 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
                         cases: list[str] | None, shape: dict | None) -> str | None:
     """A GPU verdict, confirmed on the emulator (same seed), whose thread-order and bounds checks see a
     race or an out-of-bounds access that a GPU runs silently or turns into wrong numbers with no
-    cause. A pass: its smallest cases run there. A failure no replay explains: every case the GPU
-    ran, so that a cause the emulator adds is one the CPU's check states. A fault found there fails that case (in place) with the emulator's report, so
-    that the check's verdict is the emulator's. Returns the check's note (None: nothing to say)."""
+    cause. A pass: its smallest cases (`confirmation_cases`) run there. A failure no replay explains:
+    every case the GPU ran, so that a cause the emulator adds is one the CPU's check states. A fault
+    found there fails that case (in place) with the emulator's report, so that the check's verdict is
+    the emulator's; otherwise the emulator's cause or divergence is added (`_named_on_emulator`).
+    Returns the check's note (None: nothing to say)."""
     from ..runtimes.cpu.build import find_compiler
     failing = next((i for i, r in enumerate(ordered) if not r.passed and r.kind != "not_run"), None)
     if failing is not None and (ordered[failing].cause or ordered[failing].kind != "checked"):

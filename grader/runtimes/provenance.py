@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .base import _address
+
 
 @dataclass
 class _Buffer:
@@ -38,9 +40,7 @@ class _Buffer:
 
 
 def _span(a) -> tuple[int, int]:
-    data = getattr(a, "data", None)
-    ptr = getattr(data, "ptr", None)
-    start = int(ptr) if ptr is not None else int(np.asarray(a).__array_interface__["data"][0])
+    start = _address(a)
     return start, start + int(a.nbytes)
 
 

@@ -232,6 +232,12 @@ def _first_shared_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace])
     return None
 
 
+def _stores_at(recs: np.ndarray, slot: int, byte: int) -> np.ndarray:
+    """The stores into array `slot` that cover its byte `byte`, in order."""
+    return recs[(recs["arg"] == slot) & (recs["write"] == 1) & (recs["off"] <= byte)
+                & (recs["off"] + recs["size"] > byte)]
+
+
 def _first_value_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) -> str | None:
     """Where reads, writes and shared memory all agree: the first stored element whose value differs,
     the store that wrote it, and the barrier before it (the values part in registers after it, or in
@@ -254,14 +260,12 @@ def _first_value_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) 
             e = int(np.flatnonzero(bad)[0])
             name, shape, itemsize = a.arrays[slot]
             byte = e * itemsize
-            w = a.records[(a.records["arg"] == slot) & (a.records["write"] == 1) & (a.records["off"] <= byte)
-                          & (a.records["off"] + a.records["size"] > byte)]
+            w = _stores_at(a.records, slot, byte)
             if not len(w):
                 return None
             last = w[-1]
             blk, epoch = int(last["block"]), int(last["epoch"])
-            wb = b.records[(b.records["arg"] == slot) & (b.records["write"] == 1) & (b.records["off"] <= byte)
-                           & (b.records["off"] + b.records["size"] > byte)]
+            wb = _stores_at(b.records, slot, byte)
             other = ""
             if len(wb) and (int(wb[-1]["thread"]), int(wb[-1]["block"])) != (int(last["thread"]), blk):
                 other = (f" (in the finished version, thread {int(wb[-1]['thread'])} of block "
