@@ -22,6 +22,7 @@ IDS = (
     "09_flash_backward",
     "10_flash_hopper",
     "11_backward_tensor_cores",
+    "12_ring_attention",
 )
 
 

@@ -163,6 +163,17 @@ def _cuda_version(v) -> tuple[int, int] | None:
     return (v // 1000, v % 1000 // 10) if v else None
 
 
+def nccl_status() -> str:
+    """NCCL through CuPy (module 12's transport between GPUs): its version, or why it is missing."""
+    try:
+        from cupy.cuda import nccl
+        v = nccl.get_version()
+    except Exception as e:
+        return (f"not available to CuPy ({type(e).__name__}: {e}); module 12 then runs on the CPU only "
+                "(--backend cpu, where a stand-in plays every rank): pip install nvidia-nccl-cu12 or -cu13")
+    return f"{v // 10000}.{v % 10000 // 100}.{v % 100} (cupy.cuda.nccl)"
+
+
 def doctor() -> int:
     import numpy
     place, about = where()
@@ -203,6 +214,13 @@ def doctor() -> int:
         gpu_why = f"CuPy does not import ({type(e).__name__}: {e})"
         cupy_error = f"{type(e).__name__}: {e}"
     print(f"GPU         {gpu_line or gpu_why}")
+    if gpu_line:
+        print(f"GPUs        {n}: module 12 runs a case of P ranks on P of them, one process each (cases of "
+              f"more than {n} ranks: --backend cpu)")
+        print(f"NCCL        {nccl_status()}")
+    else:
+        print("GPUs        0: module 12's ranks run on the CPU, through a stand-in for NCCL")
+        print("NCCL        not used without a GPU")
     smi = nvidia_smi_cuda()
     driver = driver or smi
     findings = diagnose_cuda(cupy_distributions(), driver, cupy_cuda, cupy_error)

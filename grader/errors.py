@@ -29,3 +29,7 @@ class LaunchError(GraderError):
 
 class KernelFault(GraderError):
     """The kernel did something wrong while running (out of bounds, deadlock, race ...)."""
+
+
+class CaseNotRunnable(GraderError):
+    """This machine cannot run a case (it needs more GPUs than it has): the case is reported as not run."""

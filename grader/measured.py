@@ -12,6 +12,9 @@ from functools import lru_cache
 from pathlib import Path
 
 FILE = Path(__file__).resolve().parent / "data" / "h100_bench.json"
+# Modules measured on several GPUs at once (one process per GPU), whose figures have a file of their own
+# and no single-GPU roofline: their lessons quote that file.
+MULTI_GPU = {"12_ring_attention": Path(__file__).resolve().parent / "data" / "ring_bench.json"}
 
 
 @lru_cache(maxsize=None)
@@ -96,3 +99,53 @@ def update_lesson(text: str, ex_id: str) -> str:
     if a < 0 or b < a:
         raise ValueError(f"lesson {ex_id} has no roofline block ({BEGIN} ... {END})")
     return text[:a] + lesson_block(ex_id) + text[b + len(END):]
+
+
+RING_BEGIN, RING_END = "<!-- ring bench: generated from grader/data/ring_bench.json -->", "<!-- /ring bench -->"
+
+
+def ring_block() -> str:
+    """Module 12's measured table and timeline (between RING_BEGIN and RING_END in its lesson)."""
+    from .tasks.ring_attention.bench import _timeline_text
+    m = json.loads(MULTI_GPU["12_ring_attention"].read_text())
+    names = ["course kernels, 1 GPU", "torch cuDNN, 1 GPU", "yours", "yours, no transfers", "torch CP, cuDNN",
+             "torch CP, FlashAttention-2"]
+    head = ["N", "pass", *names, "speed-up over 1 GPU", "with / without transfers"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in m["rows"]:
+        res = row["results"]
+        cells = [f"{row['N'] // 1024}k", row["mode"] + (", causal" if row["causal"] else "")]
+        cells += [f"{res[n]['ms']:.1f} ms" if "ms" in res.get(n, {}) else "–" for n in names]
+        cells += [f"{row['speedup']:.2f}×" if "speedup" in row else "–",
+                  f"{row['with_over_without_transfers']:.3f}" if "with_over_without_transfers" in row else "–"]
+        lines.append("| " + " | ".join(cells) + " |")
+    timelines = []
+    for row in m["rows"]:
+        if "timeline" in row:
+            timelines += [f"N = {row['N'] // 1024}k, {row['mode']}{', causal' if row['causal'] else ''}:",
+                          *(t[4:] for t in _timeline_text(row["timeline"])), ""]
+    v = m["versions"]
+    nccl = f"{v['nccl'] // 10000}.{v['nccl'] % 10000 // 100}.{v['nccl'] % 100}"
+    return "\n".join([
+        RING_BEGIN,
+        f"Measured with `grader bench 12 --solution` on {m['gpus']} × {m['device']} on {m['date']} (CuPy {v['cupy']}, "
+        f"torch {v['torch']}, NCCL {nccl}; B = {m['B']}, H = {m['H']}, d = {m['d']}, {m['dtype']}; the slowest "
+        f"rank's time, median of {m['repeats']}):",
+        "",
+        *lines,
+        "",
+        "The timeline of one forward on each rank, from CUDA events around every local attention and every "
+        "group of transfers ('#' where the stream is busy):",
+        "",
+        "```",
+        *timelines,
+        "```",
+        RING_END,
+    ])
+
+
+def update_ring_lesson(text: str) -> str:
+    a, b = text.find(RING_BEGIN), text.find(RING_END)
+    if a < 0 or b < a:
+        raise ValueError(f"lesson 12 has no ring bench block ({RING_BEGIN} ... {RING_END})")
+    return text[:a] + ring_block() + text[b + len(RING_END):]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..catalogue import Exercise
-from ..errors import CompileError, GraderError, KernelFault, LaunchError
+from ..errors import CaseNotRunnable, CompileError, GraderError, KernelFault, LaunchError
 from ..runtimes.provenance import Ledger
 from ..runtimes.base import is_poison, register_origin
 from ..spec import Case
@@ -315,6 +315,9 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     except (LaunchError, KernelFault) as e:
         res.kind, res.message = "error", cited(str(e), path)
         return res
+    except CaseNotRunnable as e:         # this machine cannot run it (a case of more GPUs than it has)
+        res.kind, res.message = "not_run", str(e)
+        return res
     except NotImplementedError as e:
         res.kind = "not_implemented"
         res.message = f"not implemented yet: {e or 'fill in the TODOs'}"
@@ -379,8 +382,8 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
             cmps[name] = compare(name, out[name], want, rel_tol, abs_tol, own.get(name))
             if cmps[name].foreign is not None and cmps[name].foreign.any():
                 cmps[name].foreign_from = rt.poison_source(np.asarray(out[name])[cmps[name].foreign])
-        except ValueError as e:
-            res.message = str(e)
+        except ValueError as e:          # a shape the reference does not have: nothing to replay
+            res.message, res.searched = str(e), False
             return res
     res.rel_err = max(c.rel_err for c in cmps.values())
     res.max_abs_err = max(c.max_abs_err for c in cmps.values())

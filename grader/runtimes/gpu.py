@@ -186,6 +186,14 @@ class GpuRuntime(Runtime):
     def to_numpy(self, a) -> np.ndarray:
         return self.xp.asnumpy(a) if isinstance(a, self.xp.ndarray) else np.asarray(a)
 
+    def stream(self, non_blocking: bool = True):
+        """A CUDA stream: kernels launched inside `with stream:` run in its order."""
+        return self.xp.cuda.Stream(non_blocking=non_blocking)
+
+    def event(self):
+        """A CUDA event: stream.record(event), other_stream.wait_event(event)."""
+        return self.xp.cuda.Event(disable_timing=True)
+
     def synchronize(self) -> None:
         self.xp.cuda.runtime.deviceSynchronize()
 

@@ -62,6 +62,7 @@ class Ledger:
         self.buffers: list[_Buffer] = []
         self.launches: list[str] = []
         self.problem: str | None = None          # the first rule broken, in words
+        self.elsewhere = False                   # the case ran in other processes, which kept their own
         self.changed: _Buffer | None = None      # the buffer it changed outside the kernels, if that
         for name, a in inputs.items():
             if self._is_array(a):
@@ -138,6 +139,8 @@ class Ledger:
 
     def verdict(self, outputs: dict) -> str | None:
         """The first rule the case broke, in words (None: the answer came from the kernels)."""
+        if self.elsewhere:
+            return None
         self._changed_outside("before your launcher returned")
         if self.problem:
             b = self.changed

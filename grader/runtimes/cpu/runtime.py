@@ -23,6 +23,7 @@ import numpy as np
 
 from ..base import (CompileError, KernelFault, LaunchError, Param, Runtime, RuntimeUnavailable,
                     check_args, check_launch, full_source, parse_signatures)
+from .. import ranks as _ranks
 from . import build as _build
 from . import faults as _faults
 from . import nvrtc as _nvrtc
@@ -149,8 +150,14 @@ class CpuKernel:
         ledger = rt.ledger
         if ledger is not None:
             ledger.before(self.name, self.params, args)
-        with _launch_lock:
-            rt._launch(self, grid, block, args, shared_mem)
+        def run():
+            with _launch_lock:
+                rt._launch(self, grid, block, args, shared_mem)
+        rank = _ranks.current_rank()
+        if rt.stream_model is not None and rank is not None:   # module 12: which stream read and wrote what
+            rt.stream_model.kernel(rank, self.name, args, run)
+        else:
+            run()
         if ledger is not None:
             ledger.after(self.name)
 
@@ -254,6 +261,18 @@ class CpuRuntime(Runtime):
         self.launches = 0
         self.ptxas_report: dict[str, dict] = {}   # from NVRTC, per kernel name
         self.resources: dict[str, dict] = {}      # the launched kernels' entries, for the report
+
+    # Module 12's ranks (runtimes/ranks.py): while the stand-in runs them, the stream model that sees
+    # which stream read and wrote what.
+    stream_model = None
+
+    def stream(self, non_blocking: bool = True):
+        """cupy.cuda.Stream's stand-in: kernels launched inside `with stream:` are its work."""
+        return _ranks.CpuStream()
+
+    def event(self):
+        """cupy.cuda.Event's stand-in: stream.record(event), stream.wait_event(event)."""
+        return _ranks.CpuEvent()
 
     @staticmethod
     def nvrtc_status() -> str:
