@@ -153,83 +153,178 @@ def other_rank_causes(ctx):
                     return
 
 
-def _block_lse(q, k, scale, mask: str) -> np.ndarray:
-    """[B, H, n_q] log-sum-exp of one (query chunk, key chunk) block, float64; mask: full or diagonal
-    (bottom-right causal, module 03's rule)."""
+def _block(x: dict, scale: float, rows: tuple, cols: tuple, mask: str) -> dict:
+    """One (query chunk, key chunk) block's share of every output, float64: lse [B, H, n_q] of its scores,
+    and its parts of dQ (its rows), dK and dV (its keys; a GQA group's heads summed), computed with the
+    whole sequence's lse and D = rowsum(dO ∘ O), as the backward of every block uses them. mask: full or
+    diagonal (module 03's bottom-right causal mask on the block)."""
     from . import references as R
+    a, b = rows
+    c, e = cols
+    q, k, v = x["q"][:, :, a:b], x["k"][:, :, c:e], x["v"][:, :, c:e]
     H, Hkv = q.shape[1], k.shape[1]
-    k = k[:, [R.kv_head_of(h, H, Hkv) for h in range(H)]]
-    s = scale * (q @ np.swapaxes(k, -1, -2))
+    heads = [R.kv_head_of(h, H, Hkv) for h in range(H)]
+    kh, vh = k[:, heads], v[:, heads]
+    s = scale * (q @ np.swapaxes(kh, -1, -2))
     if mask == "diagonal":
-        s = np.where(R.causal_mask(q.shape[2], k.shape[2]), s, -np.inf)
+        s = np.where(R.causal_mask(b - a, e - c), s, -np.inf)
     m = s.max(axis=-1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(np.isfinite(m), m + np.log(np.exp(s - np.where(np.isfinite(m), m, 0)[..., None]).sum(-1)), -np.inf)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        out = {"lse": np.where(np.isfinite(m), m + np.log(np.exp(s - np.where(np.isfinite(m), m, 0)[..., None]).sum(-1)),
+                               -np.inf)}
+        if "do" in x:
+            lse = x["lse"][:, :, a:b]
+            pr = np.where(np.isfinite(s), np.exp(s - np.where(np.isfinite(lse), lse, np.inf)[..., None]), 0.0)
+            do = x["do"][:, :, a:b]
+            ds = pr * (do @ np.swapaxes(vh, -1, -2) - (do * x["o"][:, :, a:b]).sum(-1)[..., None])
+            group = lambda t: t.reshape(t.shape[0], Hkv, H // Hkv, *t.shape[2:]).sum(axis=2)      # noqa: E731
+            out.update(dq=scale * ds @ kh, dk=group(scale * np.swapaxes(ds, -1, -2) @ q),
+                       dv=group(np.swapaxes(pr, -1, -2) @ do))
+    return out
 
 
-def _kinds_text(kinds: dict, bounds) -> str:
-    parts = [f"{c} ({'all keys' if m == 'full' else 'the diagonal mask'})" for c, m in sorted(kinds.items())]
+def _kinds_text(kinds: dict) -> str:
+    parts = [f"{c} ({'all of it' if m == 'full' else 'the diagonal mask'})" for c, m in sorted(kinds.items())]
     return ", ".join(parts) if parts else "none"
 
 
-PAIR_SEARCH_RANKS = 4       # 3^(2P) sets of blocks per query chunk: up to 6561
+PAIR_SEARCH_RANKS = 4       # the cases' largest P; the least-squares solve itself has no limit
+
+
+def _sets(n_partners: int, want: dict):
+    """Every choice of (skip, full, diagonal) per partner chunk, the mask's own first; past 729 choices,
+    those that differ from the mask's in at most 3 chunks."""
+    import itertools
+    choices = (None, "full", "diagonal")
+    yield dict(want)
+    for combo in itertools.product(choices, repeat=n_partners):
+        kinds = {c: m for c, m in enumerate(combo) if m is not None}
+        if 3 ** n_partners > 729 and sum(kinds.get(c) != want.get(c) for c in range(n_partners)) > 3:
+            continue
+        if kinds != want:
+            yield kinds
+
+
+def _explain(got: np.ndarray, parts: dict, want: dict, n_partners: int, combine, close,
+             linear=None) -> dict | str | None:
+    """The set of partner blocks whose parts, combined, give `got`: "right" for the mask's own set, None
+    if no set does. `linear(x)` maps an output into the space where it is the plain sum of its blocks'
+    parts (the gradients: itself; lse: exp(lse - its row's largest block)): there one least-squares
+    solve finds each block's weight, which must come out 0 or 1; where it does not (blocks that no
+    data tells apart, or weights too small for the solve to see), the sets are tried one by one (_sets)."""
+    if close(combine([parts[c, m] for c, m in sorted(want.items())], got), got):
+        return "right"
+    if linear is not None:
+        keys = [(c, m) for c in range(n_partners) for m in ("full", "diagonal")]
+        a, y = linear([parts[k] for k in keys], got)
+        w = np.linalg.lstsq(a, y, rcond=None)[0]
+        if np.all(np.isfinite(w)) and np.all(np.minimum(np.abs(w), np.abs(w - 1)) < 0.05):
+            on = {k for k, x in zip(keys, w) if x > 0.5}
+            kinds = {c: m for c, m in on}
+            if len(kinds) == len(on) and close(combine([parts[c, m] for c, m in sorted(kinds.items())], got), got):
+                return "right" if kinds == want else kinds
+    for kinds in _sets(n_partners, want):
+        if close(combine([parts[c, m] for c, m in sorted(kinds.items())], got), got):
+            return "right" if kinds == want else kinds
+    return None
+
+
+def _grad_columns(columns, got):
+    return np.stack([c.reshape(-1) for c in columns], axis=1), got.reshape(-1)
+
+
+def _lse_columns(columns, got):
+    cols = np.stack([c.reshape(-1) for c in columns], axis=1)
+    top = np.max(np.where(np.isfinite(cols), cols, -np.inf), axis=1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    ok = np.isfinite(got.reshape(-1))
+    with np.errstate(over="ignore", invalid="ignore"):
+        a, y = np.exp(cols - top), np.exp(got.reshape(-1)[:, None] - top)[:, 0]
+    return np.where(ok[:, None], a, 0.0), np.where(ok, y, 0.0)
+
+
+def _lse_of(chosen, like):
+    return np.logaddexp.reduce(np.stack(chosen), axis=0) if chosen else np.full_like(like, -np.inf)
+
+
+def _sum_of(chosen, like):
+    return np.sum(np.stack(chosen), axis=0) if chosen else np.zeros_like(like)
+
+
+def _lse_close(pred, got):
+    with np.errstate(invalid="ignore"):
+        return bool(((pred == got) | (np.abs(pred - got) <= 2e-3 * np.maximum(1.0, np.abs(got)) + 1e-3)).all())
+
+
+def _grad_close(pred, got):
+    return _rel(got, pred) <= 2e-2
 
 
 def pair_causes(ctx, full_inputs: dict):
-    """Rows whose lse is the log-sum-exp over another set of key blocks than the mask allows: which
-    key chunks, and with which mask, each query chunk of each rank got."""
-    import itertools
+    """An output whose every chunk is the combination of another set of blocks than the mask allows: for
+    lse, the log-sum-exp over some key chunks of the whole sequence (each whole, under the diagonal mask,
+    or left out); for dQ the sum of those blocks' parts; for dK and dV the sum over query chunks. Says
+    which chunks, with which mask, the first chunk that differs got."""
     p = ctx.params
     P, n = p["P"], p["N"]
-    if P > PAIR_SEARCH_RANKS or per_rank("lse", 0) not in ctx.out:
+    if P > PAIR_SEARCH_RANKS:
         return
-    if all(ctx.cmp[per_rank("lse", r)].passed for r in range(P)):
-        return
-    bounds = chunk_bounds(n, P)
-    q, k = full_inputs["q"], full_inputs["k"]
-    scale = ctx.inputs["scale"]
-    found, right = [], 0
-    for r in range(P):
-        lse_out = np.asarray(ctx.out[per_rank("lse", r)], np.float64)
-        first = 0
-        for qc in chunks_of(r, P):
-            a, b = bounds[qc]
-            got = lse_out[:, :, first:first + b - a].reshape(-1)
-            first += b - a
-            blocks = {}
-            for kc, (ka, kb) in enumerate(bounds):
-                for mask in ("full", "diagonal"):
-                    blocks[kc, mask] = _block_lse(q[:, :, a:b], k[:, :, ka:kb], scale, mask).reshape(-1)
-            want = {kc: ("full" if not p["causal"] or kc < qc else "diagonal") for kc in range(2 * P)
-                    if not p["causal"] or kc <= qc}
-            tol = 2e-3 * np.maximum(1.0, np.abs(got)) + 1e-3
-            best = None
-            for combo in itertools.product((None, "full", "diagonal"), repeat=2 * P):
-                chosen = [blocks[kc, m] for kc, m in enumerate(combo) if m is not None]
-                pred = np.logaddexp.reduce(np.stack(chosen), axis=0) if chosen else np.full_like(got, -np.inf)
-                with np.errstate(invalid="ignore"):
-                    close = (pred == got) | (np.abs(pred - got) <= tol)
-                if close.all():
-                    kinds = {kc: m for kc, m in enumerate(combo) if m is not None}
-                    if kinds == want:
-                        best = "right"
-                        break
-                    best = best or kinds
-            if best is None:
-                return                      # a row no set of blocks explains: not this kind of bug
-            if best == "right":
-                right += 1
+    bounds, causal, scale = chunk_bounds(n, P), p["causal"], ctx.inputs["scale"]
+    x = dict(full_inputs)
+    if "do" in x:
+        x["o"], x["lse"] = _full_outputs(x, scale, causal)
+    kinds_of = lambda mine, other: ("full" if not causal or other < mine else "diagonal")     # noqa: E731
+    for name in ("lse", "dq", "dk", "dv"):
+        if per_rank(name, 0) not in ctx.out or all(ctx.cmp[per_rank(name, r)].passed for r in range(P)):
+            continue
+        by_key = name in ("dk", "dv")          # dK, dV: a key chunk's sum over query chunks
+        found, cache = [], {}
+        for r in range(P):
+            out, first = np.asarray(ctx.out[per_rank(name, r)], np.float64), 0
+            for mine in chunks_of(r, P):
+                a, b = bounds[mine]
+                got = out[:, :, first:first + b - a]
+                first += b - a
+                parts = {}
+                for other in range(2 * P):
+                    for mask in ("full", "diagonal"):
+                        rows, cols = (bounds[other], bounds[mine]) if by_key else (bounds[mine], bounds[other])
+                        key = (rows, cols, mask)
+                        if key not in cache:
+                            cache[key] = _block(x, scale, rows, cols, mask)
+                        parts[other, mask] = cache[key][name]
+                want = {o: kinds_of(mine, o) if not by_key else kinds_of(o, mine) for o in range(2 * P)
+                        if not causal or (o <= mine if not by_key else o >= mine)}
+                combine, close, linear = ((_lse_of, _lse_close, _lse_columns) if name == "lse"
+                                          else (_sum_of, _grad_close, _grad_columns))
+                kinds = _explain(got, parts, want, 2 * P, combine, close, linear)
+                if kinds is None:
+                    break                          # a chunk no set of blocks explains: not this kind of bug
+                if kinds != "right":
+                    found.append((r, mine, (a, b), kinds, want))
             else:
-                found.append((r, qc, (a, b), best, want))
-    if not found:
+                continue
+            found = []
+            break
+        if not found:
+            continue
+        r, mine, (a, b), got_kinds, want = found[0]
+        side, other = ("keys", "query") if by_key else ("queries", "key")
+        what = {"lse": "the log-sum-exp over", "dq": "the sum of the dQ parts of", "dk": "the sum of the dK parts of",
+                "dv": "the sum of the dV parts of"}[name]
+        yield Cause("ring:pairs",
+                    f"{name} of rank {r}'s {side} in chunk {mine} (tokens {a}..{b - 1}) is {what} {other} chunks "
+                    f"{_kinds_text(got_kinds)}, where the {'causal ' if causal else ''}mask gives {other} chunks "
+                    f"{_kinds_text(want)} ("
+                    + ("every chunk got another set of blocks" if len(found) == 2 * P else
+                       f"{len(found)} of the {2 * P} chunks got another set of blocks, the others the right one")
+                    + "): the ring combined the wrong blocks, or some with the wrong mask")
         return
-    r, qc, (a, b), got_kinds, want = found[0]
-    total = 2 * P
-    yield Cause("ring:pairs",
-                f"the lse of rank {r}'s queries in chunk {qc} (tokens {a}..{b - 1}) is the log-sum-exp over key chunks "
-                f"{_kinds_text(got_kinds, bounds)}, where the {'causal ' if p['causal'] else ''}mask gives key chunks "
-                f"{_kinds_text(want, bounds)} ({len(found)} of the {total} query chunks got another set of key "
-                "blocks; the others, the right one): the schedule attended to the wrong blocks, or with the wrong mask")
+
+
+def _full_outputs(x: dict, scale: float, causal: bool):
+    from . import references as R
+    return R.attention(x["q"], x["k"], x["v"], scale, causal=causal)
 
 
 def merge_observations(ctx):
