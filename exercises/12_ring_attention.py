@@ -252,36 +252,53 @@ class Ring:
                 if (kind := kinds[i][j]) != SKIP]
 
 
+def pass_on(ring, step, held, slots):
+    """Start the transfer of step `step` on the transfer stream: the held slice goes to the next rank, and
+    the next step's slice comes from the previous one into the slot of this step's parity. Returns (the
+    buffers it arrives in, an event recorded after the exchange), or (None, None) at the last step."""
+    # TODO(4): before the last step: the next slice's buffers in slot step % 2 of each array's slots; the transfer stream waits for an event of the compute stream (the held slice is complete, and the slot about to receive has been read for the last time); the exchange; an event after it
+    return None, None
+
+
+def take_over(ring, held, coming, arrived):
+    """After a step's launches: the slice that arrived becomes the held one (the same at the last step)."""
+    if coming is None:
+        return held
+    # TODO(5): the compute stream may read the new slice only once its receive has landed
+    return held
+
+
 def forward(ring, q, k, v, scale, causal):
     rt, rows, P = ring.rt, ring.rows, ring.P
     with ring.compute:
         o = rt.zeros(q.shape, "float32")
         lse = rt.full(q.shape[:3], -np.inf, "float32")
-    k_slots, v_slots = ring.slots(k.dtype), ring.slots(v.dtype)
+    slots = (ring.slots(k.dtype), ring.slots(v.dtype))
     held = (k, v)
     for step in range(P):
         src = held_at(ring.me, step, P)
-        # TODO(4): while the compute stream works on the held slice, the transfer stream sends it on and receives the next one into the other slot; events order the two streams
+        coming, arrived = pass_on(ring, step, held, slots)          # overlaps the launches below
+        with ring.compute:
+            for q_span, k_span, kind in ring.blocks(src, causal):
+                o_part, lse_part = ring.attn.forward(ring.rows_of(q, q_span), ring.rows_of(held[0], k_span),
+                                                     ring.rows_of(held[1], k_span), scale, kind == DIAGONAL)
+                rows.merge(o, lse, o_part, lse_part, q_span[0])
+        held = take_over(ring, held, coming, arrived)
     with ring.compute:
         return rows.rounded(o, q.dtype), lse
 
 
 def backward(ring, q, k, v, o, lse, do, scale, causal):
     rt, rows, P = ring.rt, ring.rows, ring.P
-    k_slots, v_slots = ring.slots(k.dtype), ring.slots(v.dtype)
-    dk_slots, dv_slots = ring.slots("float32"), ring.slots("float32")
+    slots = (ring.slots(k.dtype), ring.slots(v.dtype))
+    grad_slots = (ring.slots("float32"), ring.slots("float32"))
     with ring.compute:
         dq = rt.zeros(q.shape, "float32")
         dk, dv = rt.zeros(k.shape, "float32"), rt.zeros(k.shape, "float32")   # the held slice's dK and dV
     held = (k, v)
     for step in range(P):
         src = held_at(ring.me, step, P)
-        if step + 1 < P:                                        # the next slice's k and v, as in the forward
-            nxt = held_at(ring.me, step + 1, P)
-            coming = (ring.slice_in(k_slots[step % 2], nxt), ring.slice_in(v_slots[step % 2], nxt))
-            ring.transfer.wait_event(ring.compute.record())
-            ring.exchange(held, coming)
-            arrived = ring.transfer.record()
+        coming, arrived = pass_on(ring, step, held, slots)          # the next slice's k and v, as in the forward
         with ring.compute:
             for q_span, k_span, kind in ring.blocks(src, causal):
                 q_c, o_c, lse_c, do_c = (ring.rows_of(x, q_span) for x in (q, o, lse, do))
@@ -290,10 +307,8 @@ def backward(ring, q, k, v, o, lse, do, scale, causal):
                 rows.add(dq, dq_p, q_span[0])
                 rows.add(dk, dk_p, k_span[0])
                 rows.add(dv, dv_p, k_span[0])
-        # TODO(5): this rank's part of the held slice's dK and dV is in: send them on with the slice (after the last step, that is home) and receive the next slice's from the previous rank
-        if step + 1 < P:
-            ring.compute.wait_event(arrived)
-            held = coming
+        # TODO(6): this rank's part of the held slice's dK and dV is in: send them on with the slice (after the last step, that is home) and receive the next slice's from the previous rank, into the grad slots
+        held = take_over(ring, held, coming, arrived)
     with ring.compute:
         return tuple(rows.rounded(g, q.dtype) for g in (dq, dk, dv))
 
