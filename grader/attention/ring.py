@@ -1,5 +1,6 @@
 """Module 12's kit: how a sequence is placed over P ranks, the references per rank, and the local
-attention the ranks call (the course's finished kernels).
+attention the ranks call (the course's finished kernels of modules 06, 10 and 11; in a student release,
+which has no solutions/, the student's own files of those modules).
 
 The placement (the lesson states it, and the solution's chunk_bounds and chunks_of compute it): the
 sequence of N tokens is cut into 2P chunks as evenly as possible, the first N mod 2P chunks one token
@@ -70,12 +71,16 @@ LIBRARY = {"forward": "06_flash_tensor_cores", "forward_sm90": "10_flash_hopper"
 
 @functools.lru_cache(maxsize=None)
 def _solution(ex_id: str):
+    """The course's finished module ex_id; in a student release (no solutions/), the student's own."""
     from .. import paths
     path = paths.solution_file(ex_id)
     if not path.is_file():
-        raise GraderError(f"module 12 calls the finished module {ex_id[:2]} as its local attention, and this copy "
-                          f"of the course has no {path.relative_to(paths.course_root())}: ask your instructor "
-                          "for the release that includes the course's library.")
+        path = paths.exercise_file(ex_id)
+    if not path.is_file():
+        raise GraderError(f"module 12 calls module {ex_id[:2]}'s finished kernels as its local attention, and this "
+                          f"copy of the course has neither solutions/{ex_id}.py nor exercises/{ex_id}.py: release "
+                          f"module 12 with the modules it calls ({', '.join(sorted({i[:2] for i in LIBRARY.values()}))}), "
+                          "or after them")
     spec = importlib.util.spec_from_file_location(f"library_{ex_id}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
