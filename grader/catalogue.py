@@ -23,6 +23,7 @@ IDS = (
     "10_flash_hopper",
     "11_backward_tensor_cores",
     "12_ring_attention",
+    "13_decode_tensor_cores",
 )
 
 

@@ -22,10 +22,18 @@ def measured() -> dict:
     return json.loads(FILE.read_text())
 
 
-def label() -> str:
-    """Where and when the figures were measured, for a caption."""
+def device(ex_id: str | None = None) -> dict:
+    """The GPU a module was measured on: the file's, unless its `devices` names another for the module
+    (gpu, driver, peaks)."""
     m = measured()
-    return f"measured on an {m['gpu']} on {m['date']} (driver {m['driver']}, CuPy {m['versions']['cupy']})"
+    return {**m, **m.get("devices", {}).get(ex_id, {})}
+
+
+def label(ex_id: str | None = None) -> str:
+    """Where and when the figures were measured, for a caption."""
+    m = device(ex_id)
+    date = m.get("dates", {}).get(ex_id, m["date"])
+    return f"measured on an {m['gpu']} on {date} (driver {m['driver']}, CuPy {m['versions']['cupy']})"
 
 
 def cases(ex_id: str) -> list[dict]:
@@ -43,7 +51,7 @@ def case(ex_id: str, name: str) -> dict:
 
 def print_table(ex_id: str) -> None:
     """The module's measured cases as text: each contender's time, rate and share of the roofline."""
-    print(f"No GPU here: {label()}, `grader bench` of the solution:")
+    print(f"No GPU here: {label(ex_id)}, `grader bench` of the solution:")
     for c in cases(ex_id):
         print(f"  {c['case']}")
         for name, r in c["results"].items():
@@ -63,7 +71,7 @@ def lesson_block(ex_id: str) -> str:
     """The lesson's roofline paragraph and table, from the measured figures (between BEGIN and END)."""
     from . import catalogue
     ex = catalogue.resolve(ex_id)
-    m, rows = measured(), cases(ex_id)
+    m, rows = device(ex.id), cases(ex_id)
     names = []
     for c in rows:
         names += [n for n, r in c["results"].items() if n not in names and "median_ms" in r]

@@ -3,7 +3,7 @@
 grader/data/h100_bench.json, the figures CPU notebooks show (grader/measured.py); then rewrite each
 lesson's roofline table from it (modules/ID.md, between the roofline markers).
 
-    PYTHONPATH=$PWD python scripts/record_bench.py [--out FILE]
+    PYTHONPATH=$PWD python scripts/record_bench.py [--out FILE] [--modules ID ...]
     python scripts/record_bench.py --lessons-only          # only the lessons, from the file as it is
 """
 from __future__ import annotations
@@ -22,6 +22,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "grader" / "data" / "h100_bench.json"))
     ap.add_argument("--lessons-only", action="store_true")
+    ap.add_argument("--modules", nargs="*", help="only these modules, merged into the file as it is; "
+                    "measured on another GPU than the file's, each gets its own entry under `devices`")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     if args.lessons_only:
@@ -39,24 +41,55 @@ def main() -> int:
         versions["torch"] = torch.__version__
     except ImportError:
         pass
+    if args.modules:
+        return record_modules(args.modules, gpu, driver, Path(args.out))
     out = {"gpu": gpu, "driver": driver, "date": datetime.date.today().isoformat(), "versions": versions,
            "command": "grader bench ID --solution --json (median of 20 runs, CUDA events)",
            "peaks": None, "modules": {}}
     for ex in catalogue.EXERCISES:
         if ex.id in measured.MULTI_GPU:        # one process per GPU: `grader bench 12 --solution --json` on a machine
             continue                           # with several GPUs writes its own file (measured.MULTI_GPU)
-        p = subprocess.run([sys.executable, "-m", "grader", "bench", ex.id, "--solution", "--json"],
-                           cwd=ROOT, capture_output=True, text=True)
-        if p.returncode:
-            print(f"{ex.id}: grader bench failed:\n{p.stderr[-2000:]}", file=sys.stderr)
+        res = bench_json(ex.id)
+        if res is None:
             return 1
-        res = json.loads(p.stdout)
         out["peaks"] = res["peaks"]
         out["modules"][ex.id] = res["cases"]
         print(f"{ex.id}: {len(res['cases'])} cases", flush=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.out}")
     return update_lessons() if Path(args.out).resolve() == Path(measured_file()).resolve() else 0
+
+
+def bench_json(ex_id: str) -> dict | None:
+    """`grader bench ID --solution --json` of one module, or None (said on stderr) when it failed."""
+    p = subprocess.run([sys.executable, "-m", "grader", "bench", ex_id, "--solution", "--json"],
+                       cwd=ROOT, capture_output=True, text=True)
+    if p.returncode:
+        print(f"{ex_id}: grader bench failed:\n{p.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return json.loads(p.stdout)
+
+
+def record_modules(ids, gpu, driver, path) -> int:
+    """`grader bench ID --solution --json` of some modules, merged into the file: their cases and date,
+    and, on another GPU than the file's, that GPU, its driver and its peaks under `devices`."""
+    from grader import catalogue
+    out = json.loads(path.read_text())
+    for ex_id in ids:
+        ex = catalogue.resolve(ex_id)
+        res = bench_json(ex.id)
+        if res is None:
+            return 1
+        out["modules"][ex.id] = res["cases"]
+        out.setdefault("dates", {})[ex.id] = datetime.date.today().isoformat()
+        if gpu != out["gpu"]:
+            out.setdefault("devices", {})[ex.id] = {"gpu": gpu, "driver": driver, "peaks": res["peaks"]}
+        else:
+            out.get("devices", {}).pop(ex.id, None)
+        print(f"{ex.id}: {len(res['cases'])} cases", flush=True)
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {path}")
+    return 0
 
 
 def measured_file():

@@ -62,7 +62,9 @@ def test_03_speed_up_is_the_recorded_one(site):
 def test_roofline_notebook_shows_every_module_at_its_recorded_share(site):
     text = site.text("roofline")
     shown = {k: float(v) for k, v in re.findall(r"^(\d\d)\s+([\d.]+)% of roofline", text, re.M)}
-    assert set(shown) == {ex.id[:2] for ex in catalogue.EXERCISES if ex.id not in measured.MULTI_GPU}
+    elsewhere = measured.measured().get("devices", {})      # measured on another GPU: its own peaks
+    assert set(shown) == {ex.id[:2] for ex in catalogue.EXERCISES
+                          if ex.id not in measured.MULTI_GPU and ex.id not in elsewhere}
     for k, pct in shown.items():
         best = max(c["results"]["yours"]["roofline_pct"] for c in measured.cases(k))
         assert pct == pytest.approx(best, abs=0.05), k

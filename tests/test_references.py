@@ -140,3 +140,32 @@ def test_paged_equals_contiguous_with_shuffled_pages():
     o2, lse2 = R.decode_attention(q, kc, vc, lens)
     np.testing.assert_allclose(o, o2, rtol=1e-13)
     np.testing.assert_allclose(lse, lse2, rtol=1e-13)
+
+
+def test_paged_decode_tokens_is_bottom_right_causal_prefill_over_the_gathered_cache():
+    from grader.attention.decode_tokens import attend
+    rng = np.random.default_rng(7)
+    B, T, H, Hkv, d, ps = 3, 4, 6, 2, 8, 4
+    lens = np.array([9, 2, 0], dtype=np.int32)
+    table = np.array([[4, 0, 2], [5, -1, -1], [-1, -1, -1]], dtype=np.int32)
+    q, kp, vp = rand(rng, B, T, H, d), rand(rng, 6, ps, Hkv, d), rand(rng, 6, ps, Hkv, d)
+    o, lse = R.paged_decode_tokens(q, kp, vp, table, lens)
+    k, v = R.gather_pages(kp, table, lens), R.gather_pages(vp, table, lens)
+    for b in range(B):
+        n = int(lens[b])
+        if n == 0:
+            assert (o[b] == 0).all() and np.isneginf(lse[b]).all()
+            continue
+        o2, lse2 = R.attention_direct(q[b].transpose(1, 0, 2)[None], k[b][None, :, :n], v[b][None, :, :n], causal=True)
+        np.testing.assert_allclose(o[b], o2[0].transpose(1, 0, 2), atol=1e-12)
+        np.testing.assert_array_equal(np.isneginf(lse[b]), np.isneginf(lse2[0].T))
+    assert np.isneginf(lse[1, :2]).all() and np.isfinite(lse[1, 2:]).all()     # 2 keys, 4 tokens
+    # one token: module 05's paged decode
+    o1, lse1 = R.paged_decode_tokens(q[:, :1], kp, vp, table, lens)
+    o5, lse5 = R.paged_decode_attention(q[:, 0], kp, vp, table, lens)
+    np.testing.assert_allclose(o1[:, 0], o5, atol=1e-12)
+    # the replays' own attention, with nothing changed, is the reference
+    x = dict(q=q, k_pages=kp, v_pages=vp, block_table=table, context_lens=lens, scale=1 / np.sqrt(d))
+    oa, lsea = attend(x)
+    np.testing.assert_allclose(oa, o, atol=1e-12)
+    np.testing.assert_array_equal(np.isneginf(lsea), np.isneginf(lse))

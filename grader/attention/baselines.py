@@ -48,8 +48,8 @@ def cupy_softmax(b: BenchContext) -> dict:
 
 
 def kv_bytes(p) -> float:
-    """Decode reads K and V once: 2 · B · Hkv · context · d · 4 bytes."""
-    return 2.0 * p["B"] * p["Hkv"] * p["ctx"] * p["d"] * 4
+    """Decode reads K and V once: 2 · B · Hkv · context · d · (4 bytes, 2 for float16 and bfloat16)."""
+    return 2.0 * p["B"] * p["Hkv"] * p["ctx"] * p["d"] * (2 if p.get("dtype") in ("float16", "bfloat16") else 4)
 
 
 _copy_buffers: dict = {}
@@ -218,3 +218,46 @@ def prefill_bytes(p, config, causal=False, itemsize=4) -> int:
         end = min(n_k, last + n_k - n_q + 1) if causal else n_k
         kv_rows += min(n_k, -(-max(end, 0) // bn) * bn)
     return B * H * (2 * n_q * d * itemsize + n_q * 4 + 2 * kv_rows * d * itemsize)
+
+
+# ---- decode of several tokens over a paged 16-bit cache (module 13) ------------------------------
+
+_dense_cache: dict = {}
+
+
+def dense_from_pages(b: BenchContext) -> tuple:
+    """The bench's paged cache gathered into dense torch tensors, once per case (untimed): q
+    [B, H, T, d], k and v [B, Hkv, context, d], in the case's dtype. Every context is the case's ctx."""
+    import torch
+    key = id(b.inputs["k_pages"])
+    if key not in _dense_cache:
+        _dense_cache.clear()
+        as_type = torch.bfloat16 if b.params["dtype"] == "bfloat16" else torch.float16
+        t = lambda x: torch.from_dlpack(b.inputs[x]).view(as_type)                    # noqa: E731
+        table = torch.from_dlpack(b.inputs["block_table"]).long()
+        n = b.params["ctx"]
+        def dense(pages):                       # [B, max_pages, page_size, Hkv, d] -> [B, Hkv, n, d]
+            x = pages[table]
+            return x.permute(0, 3, 1, 2, 4).reshape(x.shape[0], x.shape[3], -1, x.shape[4])[:, :, :n].contiguous()
+        _dense_cache[key] = (t("q").transpose(1, 2).contiguous(), dense(t("k_pages")), dense(t("v_pages")))
+    return _dense_cache[key]
+
+
+def torch_sdpa_dense(backend: str):
+    """torch SDPA with one backend (FLASH_ATTENTION, CUDNN_ATTENTION) on the paged cache gathered into
+    a dense one (dense_from_pages), q of T tokens, with enable_gqa. No mask: torch's is_causal is
+    aligned top-left, and the bottom-right mask hides T - 1 of the context's keys from some tokens,
+    which changes the work by less than one part in a thousand."""
+    def run(b: BenchContext) -> dict:
+        try:
+            import torch
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+        except ImportError:
+            raise RuntimeError("PyTorch is not importable here: no torch baseline") from None
+        q, k, v = dense_from_pages(b)
+        with sdpa_kernel(getattr(SDPBackend, backend)):
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=b.inputs["scale"],
+                                                                 enable_gqa=q.shape[1] != k.shape[1])
+        return {"o": o}
+    run.__name__ = f"torch_{backend.lower()}_dense"
+    return run

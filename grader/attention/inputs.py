@@ -62,6 +62,27 @@ def context_lens(p) -> np.ndarray:
     return np.array([vals[b % len(vals)] for b in range(p["B"])], dtype=np.int32)
 
 
+def block_table(p, lens, rng) -> tuple[np.ndarray, int]:
+    """A paged cache's block table [B, max_pages] int32 and its pool's page count (modules 05, 13).
+
+    Each sequence gets ceil(lens[b] / page_size) pages (the last may be partial), drawn from a pool
+    shuffled unless p["shuffle"] is False, with p.get("spare_pages", 3) pages no sequence owns;
+    entries past a sequence's last page are -1, and the table may have spare columns
+    (p["max_pages"]). With p["shared_prefix"] = n, sequence 1 reuses sequence 0's first n pages."""
+    B, ps = p["B"], p.get("page_size", 16)
+    pages_of = [-(-int(n) // ps) for n in lens]            # ceil: the last page may be partial
+    max_pages = max(p.get("max_pages", 0), *pages_of, 1)
+    shared = p.get("shared_prefix", 0) if B > 1 else 0
+    num_pages = sum(pages_of) - shared + p.get("spare_pages", 3)
+    ids = rng.permutation(num_pages) if p.get("shuffle", True) else np.arange(num_pages)
+    table = np.full((B, max_pages), -1, dtype=np.int32)
+    fresh = iter(ids)
+    for b in range(B):
+        for i in range(pages_of[b]):
+            table[b, i] = table[0, i] if (b == 1 and i < shared) else next(fresh)
+    return table, num_pages
+
+
 def decode_qkv(p, rng, n_keys_shape):
     """q [B, H, d] and keys/values of the given leading shape (..., d), float32, never zeros.
 

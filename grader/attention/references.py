@@ -205,3 +205,24 @@ def paged_decode_attention(q, k_pages, v_pages, block_table, context_lens, scale
     k = gather_pages(k_pages, block_table, context_lens)
     v = gather_pages(v_pages, block_table, context_lens)
     return decode_attention(q, k, v, context_lens, scale=scale)
+
+
+def paged_decode_tokens(q, k_pages, v_pages, block_table, context_lens, scale=None):
+    """Decode of T new tokens per sequence over a paged cache (module 13) -> (o [B, T, H, d], lse [B, T, H]).
+
+    q [B, T, H, d]; context_lens[b] counts the new tokens' keys too, and new token t sees the keys
+    j <= context_lens[b] - T + t: the causal mask aligned bottom-right, as in prefill. A token that
+    sees no key (context_lens[b] < T - t) gives o = 0, lse = -inf.
+    """
+    q = np.asarray(q, dtype=np.float64)
+    B, T, H, d = q.shape
+    k = gather_pages(k_pages, block_table, context_lens)
+    v = gather_pages(v_pages, block_table, context_lens)
+    o = np.zeros((B, T, H, d))
+    lse = np.full((B, T, H), -np.inf)
+    for b in range(B):
+        n = int(context_lens[b])
+        ob, lb = attention(q[b].transpose(1, 0, 2)[None], k[b][None, :, :n], v[b][None, :, :n], scale=scale,
+                           causal=True)
+        o[b], lse[b] = ob[0].transpose(1, 0, 2), lb[0].T
+    return o, lse

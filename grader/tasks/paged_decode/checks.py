@@ -11,6 +11,7 @@ import numpy as np
 from ...attention import references as R
 from ...attention import replays
 from ...attention.calls import split_option
+from ...attention.inputs import block_table as paged_block_table
 from ...attention.inputs import context_lens, decode_qkv, hot_key, valid_decode_shape
 from ...spec import F32, Case, Cause
 
@@ -46,16 +47,7 @@ valid = valid_decode_shape
 def make_inputs(p, rng):
     B, Hkv, ps = p["B"], p["Hkv"], p.get("page_size", 16)
     lens = context_lens(p)
-    pages_of = [-(-int(n) // ps) for n in lens]            # ceil: the last page may be partial
-    max_pages = max(p.get("max_pages", 0), *pages_of, 1)   # the table may have spare columns
-    shared = p.get("shared_prefix", 0) if B > 1 else 0     # sequence 1 reuses sequence 0's first pages
-    num_pages = sum(pages_of) - shared + p.get("spare_pages", 3)
-    ids = rng.permutation(num_pages) if p.get("shuffle", True) else np.arange(num_pages)
-    block_table = np.full((B, max_pages), -1, dtype=np.int32)
-    fresh = iter(ids)
-    for b in range(B):
-        for i in range(pages_of[b]):
-            block_table[b, i] = block_table[0, i] if (b == 1 and i < shared) else next(fresh)
+    block_table, num_pages = paged_block_table(p, lens, rng)
     q, k, v = decode_qkv(p, rng, (num_pages, ps, Hkv))
     if p.get("hot"):
         j = p["hot_key"]
