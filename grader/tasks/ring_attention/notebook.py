@@ -50,6 +50,15 @@ zigzag = [visible(ring.positions(r, P, N)) for r in range(P)]
 for name, work in (("contiguous", contiguous), ("zig-zag", zigzag)):
     print(f"{name:>10}: " + "  ".join(f"{w / 1e6:5.2f}M" for w in work)
           + f"   slowest / mean = {max(work) / np.mean(work):.2f}")
+
+import matplotlib.pyplot as plt
+fig, ax = plt.subplots(figsize=(7, 3))
+x = np.arange(P)
+ax.bar(x - 0.2, np.array(contiguous) / 1e6, 0.4, label="contiguous slices")
+ax.bar(x + 0.2, np.array(zigzag) / 1e6, 0.4, label="zig-zag (chunks r and 2P-1-r)")
+ax.set_xticks(x, [f"rank {r}" for r in x]); ax.set_ylabel("visible pairs (millions)")
+ax.set_title("causal work per rank, N = 4096, P = 4"); ax.legend()
+plt.show()
 '''),
 
 md(r'''
@@ -107,5 +116,13 @@ for row in bench["rows"]:
     res = row["results"]
     cells = ", ".join(f"{name} {r['ms']:.1f} ms" for name, r in res.items() if "ms" in r)
     print(f"N={row['N']:>6} {row['mode']}{' causal' if row['causal'] else ''}: speed-up {row.get('speedup', float('nan')):.2f}×; {cells}")
+
+rows = [r for r in bench["rows"] if r["mode"] == "forward" and not r["causal"]]
+fig, ax = plt.subplots(figsize=(7, 3))
+for name in ("course kernels, 1 GPU", "yours", "torch CP, cuDNN", "torch CP, FlashAttention-2"):
+    ax.plot([r["N"] // 1024 for r in rows], [r["results"][name]["ms"] for r in rows], "o-", label=name)
+ax.set_xscale("log", base=2); ax.set_yscale("log"); ax.set_xlabel("N (k tokens)"); ax.set_ylabel("ms")
+ax.set_title(f"forward, measured on {bench['gpus']} × {bench['device']}"); ax.legend(fontsize=8)
+plt.show()
 '''),
 ]
