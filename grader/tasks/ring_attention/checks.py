@@ -22,6 +22,7 @@ from ...attention import references as R
 from ...attention import ring
 from ...attention.inputs import attention_inputs
 from ...runtimes.ranks import run_ranks
+from ...errors import GraderError
 from ...spec import Case, Tolerance
 
 SHAPES = [  # name, (P, B, H, Hkv, N, d), extra
@@ -111,8 +112,31 @@ def tolerances(inputs, p, ref):
     return {ring.per_rank(name, r): tol[name] for name in outputs(p) for r in range(p["P"])}
 
 
+def placement_contract(fn, p) -> None:
+    """The file's own chunk_bounds and chunks_of, where it defines them, must place the tokens where the
+    grader placed them (the lesson's placement): else its ranks read their rows at other positions."""
+    P, n = p["P"], p["N"]
+    g = getattr(fn, "__globals__", {})
+    for name, theirs, ours in (("chunk_bounds", lambda f: [tuple(map(int, b)) for b in f(n, P)], ring.chunk_bounds(n, P)),
+                               ("chunks_of", lambda f: [tuple(map(int, f(r, P))) for r in range(P)],
+                                [ring.chunks_of(r, P) for r in range(P)])):
+        f = g.get(name)
+        if not callable(f):
+            continue
+        try:
+            got = theirs(f)
+        except Exception as e:
+            raise GraderError(f"your {name} raised {type(e).__name__}: {e} for N = {n}, P = {P}") from None
+        if got != [tuple(x) for x in ours]:
+            args = f"({n}, {P})" if name == "chunk_bounds" else f"(r, {P}) for r = 0 .. {P - 1}"
+            raise GraderError(f"your {name}{args} gives {got}, but the grader placed the tokens as the lesson says: "
+                              f"{[tuple(x) for x in ours]} (2P chunks, the first N mod 2P one token longer; rank r "
+                              "holds chunks r and 2P-1-r). Each rank's q, k and v hold the tokens of that placement.")
+
+
 def call(fn, rt, inputs, p):
     P = p["P"]
+    placement_contract(fn, p)
     per_rank = []
     for r in range(P):
         kw = {name: rt.to_numpy(inputs[ring.per_rank(name, r)]) if getattr(rt, "name", "") == "gpu"
