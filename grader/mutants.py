@@ -41,7 +41,8 @@ _GUARD = lambda line: bool(re.search(r"\b(if|for|while)\b|\?", line))   # noqa: 
 # a row with no key (l > 0 become l >= 0: its 1/l is inf), or the emulator's out-of-bounds report.
 _BOUNDS = (EMULATOR, "keys_end:", "keys_start:", "key_tiles_end:", "split_end:", "bounds_mask:",
            "mask:diagonal_excluded", "mask:one_extra", "varlen:rows_past_end", "varlen:keys_past_end",
-           "empty_rows:", "tile_skipped:", "row_bound:")
+           "empty_rows:", "tile_skipped:", "row_bound:",
+           "ring:pairs")     # 12: a block bound moved changes which (query, key) blocks a chunk combines
 _LANES = (EMULATOR, "reduce:", "D:partial_lanes")
 
 OPERATORS = (
@@ -65,6 +66,8 @@ OPERATORS = (
              ("exp:sign", "combine:sign", "merge:sign:")),
     Operator("ln2_dropped", "lse left in log2 units (the factor ln 2 dropped)",
              re.compile(r"\s*\*\s*M_LN2_F"), _sub(""), ("lse:log2", "lse:l_units", "P:lse_units")),
+    Operator("drop_syncwarp", "a __syncwarp() left out (lanes of a warp that share memory no longer ordered)",
+             re.compile(r"__syncwarp\(\);"), _sub("/* dropped */;"), (EMULATOR,)),
 )
 
 
