@@ -21,6 +21,7 @@ csrc/emu/async_copy.h, emu_runtime.cpp):
     wgmma.fence / commit_group / wait_group N .sync.aligned   setmaxnreg.{inc|dec}.sync.aligned.u32 N
     mbarrier.init / arrive{.expect_tx} / expect_tx / complete_tx / {try,test}_wait.parity .shared::cta.b64
     cp.async.bulk.tensor.{1..5}d.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [map, {c..}], [bar]
+    cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], size, [bar]
     fence.proxy.async{.shared::cta}   fence.mbarrier_init.release.cluster   bar.{sync|arrive} id{, count}
     an empty template (a compiler barrier: asm volatile("" ::: "memory"))
 
@@ -58,7 +59,8 @@ SUPPORTED = (
     "16-bit halves), cvt.rn.{f16,bf16}x2.f32, setp.{eq,ne} and selp with @p guards; for sm_90a: "
     "wgmma.mma_async m64nNk16 (f16/bf16, f32), wgmma.fence / commit_group / wait_group, "
     "mbarrier.{init,arrive,arrive.expect_tx,expect_tx,complete_tx,try_wait.parity,test_wait.parity}, "
-    "cp.async.bulk.tensor.Nd (global to shared, mbarrier::complete_tx::bytes), fence.proxy.async, "
+    "cp.async.bulk.tensor.Nd and cp.async.bulk (global to shared, mbarrier::complete_tx::bytes), "
+    "fence.proxy.async, "
     "fence.mbarrier_init, bar.sync / bar.arrive id, count, setmaxnreg")
 
 
@@ -716,6 +718,15 @@ def _tma_load(ctx, m, ops):
             f"{', '.join(cs)}, {_address(ctx, ops[2])}, __FILE__, __LINE__)")
 
 
+def _bulk_load(ctx, m, ops):
+    if m.group(1):
+        ops = ops[:-1]   # the cache policy changes nothing here
+    if len(ops) != 4:
+        raise ctx.err(f"`{_readable(ctx.text)}`: cp.async.bulk takes [dst], [src], size, [mbarrier]")
+    return (f"__cudaemu_ptx::bulk_load({_address(ctx, ops[0])}, {_address(ctx, ops[1])}, "
+            f"{_src(ctx, ops[2])}, {_address(ctx, ops[3])}, __FILE__, __LINE__)")
+
+
 def _fence_proxy(ctx, m, ops):
     _no_operands(ctx, ops)
     return "__cudaemu_ptx::fence_proxy_async()"
@@ -838,6 +849,8 @@ _HANDLERS: list[tuple[re.Pattern, Callable]] = [
     (re.compile(r"mbarrier\.(try_wait|test_wait)\.parity(?:\.acquire\.cta)?" + _SH + r"\.b64"), _mbar_wait),
     (re.compile(r"cp\.async\.bulk\.tensor\.([1-5])d\.shared::cluster\.global(?:\.tile)?"
                 r"\.mbarrier::complete_tx::bytes(\.L2::cache_hint)?"), _tma_load),
+    (re.compile(r"cp\.async\.bulk\.shared::(?:cluster|cta)\.global"
+                r"\.mbarrier::complete_tx::bytes(\.L2::cache_hint)?"), _bulk_load),
     (re.compile(r"fence\.proxy\.async(?:\.shared::cta|\.shared::cluster|\.global)?"), _fence_proxy),
     (re.compile(r"fence\.mbarrier_init\.release\.cluster"), _no_op),
     (re.compile(r"(?:bar|barrier)\.(sync|arrive)(?:\.aligned)?"), _named_bar),

@@ -19,6 +19,9 @@ __CUDAEMU_HIDDEN int __cudaemu_mbar_try_wait(unsigned long long addr, unsigned l
 __CUDAEMU_HIDDEN void __cudaemu_tma_load(unsigned long long dst, const void* map,
                                          const int32_t* coords, int rank, unsigned long long bar,
                                          const char* file, int line);
+__CUDAEMU_HIDDEN void __cudaemu_bulk_load(unsigned long long dst, const void* src,
+                                          unsigned long long size, unsigned long long bar,
+                                          const char* file, int line);
 __CUDAEMU_HIDDEN void __cudaemu_fence_proxy_async(void);
 __CUDAEMU_HIDDEN void __cudaemu_wgmma(int param, __cudaemu_wgmma_lane* lane, const char* file,
                                       int line);
@@ -46,6 +49,9 @@ __CUDAEMU_INLINE void tma_load(u64 dst, u64 map, int rank, u64 c0, u64 c1, u64 c
                                u64 bar, const char* file, int line) {
   const int32_t coords[5] = {(int32_t)c0, (int32_t)c1, (int32_t)c2, (int32_t)c3, (int32_t)c4};
   __cudaemu_tma_load(dst, (const void*)(uintptr_t)map, coords, rank, bar, file, line);
+}
+__CUDAEMU_INLINE void bulk_load(u64 dst, u64 src, u64 size, u64 bar, const char* file, int line) {
+  __cudaemu_bulk_load(dst, (const void*)(uintptr_t)src, size, bar, file, line);
 }
 __CUDAEMU_INLINE void fence_proxy_async() { __cudaemu_fence_proxy_async(); }
 __CUDAEMU_INLINE void wgmma(int param, __cudaemu_wgmma_lane* lane, const char* file, int line) {
