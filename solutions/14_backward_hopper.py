@@ -16,10 +16,14 @@ warpgroups share a block of BLOCK_N = 128 keys:
                    dK += dSᵀ Q           wgmma, dSᵀ from registers, Q read transposed
                    dSᵀ -> shared memory; both consumers' keys in, each computes half of
                    dQ  = dS K            wgmma, dS and K both read transposed from shared memory
-               and adds it into the float32 dq_acc with atomics (every key tile adds to its rows).
+               and writes it to shared memory for the producer warpgroup's second warp, which
+               adds it into the float32 dq_acc with one bulk reduction (every key tile adds to
+               the same rows), while the consumers go on to the next step.
 
 Three kernels, as in 11: backward_prep (D = rowsum(dO ∘ O) and lse · log2 e into rows padded to
-BLOCK_M, dq_acc = 0), flash_backward_hopper, and convert_dq (dq = scale · dq_acc, rounded).
+BLOCK_M, dq_acc = 0), flash_backward_hopper, and convert_dq (dq = scale · dq_acc, rounded). dq_acc
+is kept in the order the bulk reduction adds it: one contiguous 64 × 64 part per consumer and query
+tile, its rows swizzled as in shared memory; convert_dq reads it back in that order.
 Shared memory holds each tile as boxes of 64 features × rows, 128 bytes a row, in the 128-byte
 swizzle that TMA writes and wgmma reads (module 10, section 3).
 q, o, do [B, H, Nq, d]; k, v [B, Hkv, Nk, d]; float16, or bfloat16 as uint16 bits with
@@ -47,6 +51,7 @@ constexpr int T_TILES = BLOCK_M / 8;          // 8-query column tiles of Sᵀ an
 constexpr int M_STEPS = BLOCK_M / 16;         // 16-query steps of dV += Pᵀ dO and dK += dSᵀ Q
 constexpr int D_TILES = D / 8;                // 8-feature column tiles of dV and dK
 constexpr int DQ_TILES = 64 / 8;              // a consumer's part of dQ: 64 queries × 64 features
+constexpr int PART = 64 * 64;                 // floats in such a part
 constexpr int Q_BOXES = BLOCK_M / BOX;        // dQ's parts: query boxes × feature boxes, one each
 constexpr float LOG2E = 1.4426950408889634f;
 static_assert(D % BOX == 0 && BLOCK_M % BOX == 0, "D and BLOCK_M are multiples of 64");
@@ -111,6 +116,17 @@ __device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigne
                  :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
+// `bytes` of shared memory added, float by float, into global memory (16-byte aligned, a multiple of
+// 16 bytes); committed as a bulk group, whose reading of shared memory wait_group.read waits for.
+__device__ __forceinline__ void bulk_reduce_add(float* dst, unsigned src, unsigned bytes)
+{
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+                 :: "l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory"); }
+template <int N> __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory"); }
+
 // ---- wgmma (module 10) -----------------------------------------------------------------------------
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -136,6 +152,16 @@ __device__ __forceinline__ unsigned long long desc(unsigned addr, unsigned leadi
 // rows g = l / 4 and g + 8, columns 8j + 2t and + 1 (t = l % 4) of every 8-column tile j.
 @WGMMA_HELPERS@
 
+// Where dq_acc keeps query i's part holding feature c (of head row bh): the query tile's BLOCK_M · D
+// floats are CONSUMERS parts of 64 queries × 64 features, part mq + Q_BOXES · fq for query box mq
+// and feature box fq (the consumer that computes it). In a part, row r's 64 floats are swizzled by
+// 8-float chunks as in shared memory: chunk c at c ^ (r % 8).
+__device__ __forceinline__ size_t dq_part(int bh, int i, int c, int n_pad)
+{
+    const size_t tile = ((size_t)bh * (n_pad / BLOCK_M) + i / BLOCK_M) * BLOCK_M * D;
+    return tile + (size_t)((i % BLOCK_M) / 64 + Q_BOXES * (c / 64)) * PART;
+}
+
 // D_i = rowsum(dO ∘ O) and lse_i · log2 e, in rows padded to a multiple of BLOCK_M (a step's rows are
 // one 16-byte aligned bulk copy); padded rows get D = 0 and lse · log2 e = +inf, so that their P is 0.
 // dq_acc's rows are set to 0 for the atomics. One warp per padded row.
@@ -155,9 +181,11 @@ extern "C" __global__ void backward_prep(const elem_t* __restrict__ o, const ele
             const float2 x = from_elem2(reinterpret_cast<const elem2_t*>(o + src)[c]);
             const float2 y = from_elem2(reinterpret_cast<const elem2_t*>(dout + src)[c]);
             acc += x.x * y.x + x.y * y.y;
-            reinterpret_cast<float2*>(dq_acc + src)[c] = make_float2(0.0f, 0.0f);
         }
     }
+    // This row's D floats of dq_acc: row i % 64 of the parts of its query tile (dq_part below).
+    for (int c = 2 * lane; c < D; c += 64)
+        *reinterpret_cast<float2*>(dq_acc + dq_part(bh, i, c, n_pad) + (i % 64) * 64 + c % 64) = make_float2(0.0f, 0.0f);
     for (int stride = 16; stride > 0; stride /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, stride);
     if (lane == 0) {
         delta_pad[row] = acc;
@@ -180,13 +208,16 @@ flash_backward_hopper(const __grid_constant__ TensorMap q_map, const __grid_cons
     unsigned char* q_s = v_s + KV_BYTES;                      // STAGES Q tiles
     unsigned char* do_s = q_s + STAGES * Q_BYTES;             // STAGES dO tiles
     unsigned char* ds_s = do_s + STAGES * Q_BYTES;            // two dSᵀ tiles [key][query], by step parity
-    float* lse_s = reinterpret_cast<float*>(ds_s + 2 * DS_BYTES);   // STAGES rows of lse · log2 e
+    float* dq_s = reinterpret_cast<float*>(ds_s + 2 * DS_BYTES);    // each consumer's part of dQ
+    float* lse_s = dq_s + CONSUMERS * PART;                          // STAGES rows of lse · log2 e
     float* delta_s = lse_s + STAGES * BLOCK_M;                       // STAGES rows of D
     unsigned long long* bars = reinterpret_cast<unsigned long long*>(delta_s + STAGES * BLOCK_M);
     const unsigned kv_full = smem_addr(bars);
     auto q_full = [&](int s) { return smem_addr(bars + 1 + s); };              // Q and lse in
     auto do_full = [&](int s) { return smem_addr(bars + 1 + STAGES + s); };    // dO and D in
     auto empty = [&](int s) { return smem_addr(bars + 1 + 2 * STAGES + s); };  // the stage is free
+    auto dq_full = [&](int c) { return smem_addr(bars + 1 + 3 * STAGES + c); };          // part c written
+    auto dq_empty = [&](int c) { return smem_addr(bars + 1 + 3 * STAGES + CONSUMERS + c); };  // and added
 
     const int k_start = blockIdx.x * BLOCK_N, h_kv = blockIdx.y, b = blockIdx.z;
     const int group = H / H_kv;
@@ -202,6 +233,10 @@ flash_backward_hopper(const __grid_constant__ TensorMap q_map, const __grid_cons
             mbar_init(q_full(s), 1);
             mbar_init(do_full(s), 1);
             mbar_init(empty(s), 4 * CONSUMERS);   // one arrival per consumer warp
+        }
+        for (int c = 0; c < CONSUMERS; ++c) {
+            mbar_init(dq_full(c), 4);               // the consumer's four warps
+            mbar_init(dq_empty(c), 1);              // the thread that adds it
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -233,6 +268,23 @@ flash_backward_hopper(const __grid_constant__ TensorMap q_map, const __grid_cons
                 bulk_load(smem_addr(delta_s + s * BLOCK_M), delta_pad + row, BLOCK_M * 4, do_full(s));
                 // END SOLUTION
             }
+        } else if (threadIdx.x == 32 && n_steps > 0) {
+            // The second warp's first thread adds every step's dQ parts into dq_acc, so that the
+            // consumers never wait for the adds.
+            for (int it = 0; it < n_steps; ++it) {
+                const int h = h_kv * group + it / m_tiles, m_start = m_begin + (it % m_tiles) * BLOCK_M;
+                for (int c = 0; c < CONSUMERS; ++c) {
+                    // BEGIN SOLUTION TODO(7): once consumer c's part of step it is in dq_s (its 'dq_full' barrier), add it into its place in dq_acc with one bulk reduction, and commit it; once the reduction has read shared memory, release the part (its 'dq_empty' barrier)
+                    mbar_wait(dq_full(c), it & 1);
+                    bulk_reduce_add(dq_acc + dq_part(b * H + h, m_start + (c % Q_BOXES) * 64, (c / Q_BOXES) * 64, n_pad),
+                                    smem_addr(dq_s + c * PART), PART * 4);
+                    bulk_commit();
+                    bulk_wait_read<0>();
+                    mbar_arrive(dq_empty(c));
+                    // END SOLUTION
+                }
+            }
+            bulk_wait<0>();                         // every add is done before the block ends
         }
         return;
     }
@@ -357,7 +409,7 @@ flash_backward_hopper(const __grid_constant__ TensorMap q_map, const __grid_cons
 
         // dQ's part (queries 64 mq .., features 64 fq ..) = dS K over the block's 128 keys.
         float dq[DQ_TILES][4];
-        // BEGIN SOLUTION TODO(6): issue this part of dQ = dS K (one wgmma per 16 keys; A = dS and B = K, both read transposed from shared memory), commit, and wait for everything; release the stage (one arrival per warp); then add dq into dq_acc atomically, two neighbouring features per reduction, rows below n_q
+        // BEGIN SOLUTION TODO(6): issue this part of dQ = dS K (one wgmma per 16 keys; A = dS and B = K, both read transposed from shared memory), commit, and wait for everything; release the stage (one arrival per warp); then, once the adding thread has released dq_s's part (its 'dq_empty' barrier), write dq into it, make the stores visible to the bulk copy, and signal 'dq_full' (one arrival per warp)
         wgmma_fence();
         #pragma unroll
         for (int kk = 0; kk < BLOCK_N / 16; ++kk) {       // keys 16 kk ..: 16 rows of 128 bytes further
@@ -369,16 +421,18 @@ flash_backward_hopper(const __grid_constant__ TensorMap q_map, const __grid_cons
         wgmma_wait<0>();
         __syncwarp();
         if (lane == 0) mbar_arrive(empty(s));
+        mbar_wait(dq_empty(cw), (it & 1) ^ 1);
         #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            const int i = m_start + mq * 64 + warp * 16 + g + 8 * r;
-            if (i < n_q) {
-                float* row = dq_acc + ((size_t)(b * H + h) * n_q + i) * D + fq * 64 + 2 * t;
-                #pragma unroll
-                for (int j = 0; j < DQ_TILES; ++j)
-                    atomicAdd(reinterpret_cast<float2*>(row + 8 * j), make_float2(dq[j][2 * r], dq[j][2 * r + 1]));
-            }
+            const int row = warp * 16 + g + 8 * r;            // of the part's 64 queries
+            #pragma unroll
+            for (int j = 0; j < DQ_TILES; ++j)               // features 8j + 2t, + 1: chunk j, swizzled
+                *reinterpret_cast<float2*>(dq_s + cw * PART + row * 64 + ((j ^ (row % 8)) * 8) + 2 * t) =
+                    make_float2(dq[j][2 * r], dq[j][2 * r + 1]);
         }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the bulk copy reads through the async proxy
+        __syncwarp();
+        if (lane == 0) mbar_arrive(dq_full(cw));
         // END SOLUTION
     }
 
@@ -399,12 +453,16 @@ flash_backward_hopper(const __grid_constant__ TensorMap q_map, const __grid_cons
 }
 
 // dq = scale · dq_acc, rounded to the element type: the scale of S = scale · Q Kᵀ, applied once.
+// dq's pair idx (features c, c + 1 of query i) is read from its place in dq_acc (dq_part).
 extern "C" __global__ void convert_dq(const float* __restrict__ dq_acc, elem_t* __restrict__ dq, float scale,
-                                      long long n_pairs)
+                                      int n_q, int n_pad, long long n_pairs)
 {
     for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < n_pairs;
          idx += (long long)gridDim.x * blockDim.x) {
-        const float2 x = reinterpret_cast<const float2*>(dq_acc)[idx];
+        const long long row = idx / (D / 2);               // of B · H · n_q
+        const int bh = (int)(row / n_q), i = (int)(row % n_q), c = (int)(idx % (D / 2)) * 2, r = i % 64;
+        const float2 x = *reinterpret_cast<const float2*>(
+            dq_acc + dq_part(bh, i, c, n_pad) + r * 64 + (((c % 64) / 8) ^ (r % 8)) * 8 + c % 8);
         reinterpret_cast<elem2_t*>(dq)[idx] = to_elem2(scale * x.x, scale * x.y);
     }
 }
@@ -417,6 +475,7 @@ CONFIG = {
     128: dict(BLOCK_M=64, STAGES=2),
 }
 BLOCK_N = 128
+CONSUMERS = 2
 HEAD_DIMS = (64, 128)
 DTYPES = ("float16", "bfloat16")
 PREP_WARPS = 8                        # rows per block of backward_prep
@@ -461,11 +520,11 @@ def source(d: int) -> str:
 
 
 def shared_bytes(d: int) -> int:
-    """K and V, STAGES Q and dO tiles with their lse and D rows, two dSᵀ tiles, the mbarriers, and 1024
-    bytes to align the start."""
+    """K and V, STAGES Q and dO tiles with their lse and D rows, two dSᵀ tiles, the consumers' dQ
+    parts (float32), the mbarriers, and 1024 bytes to align the start."""
     m, stages = CONFIG[d]["BLOCK_M"], CONFIG[d]["STAGES"]
     return (1024 + 2 * BLOCK_N * d * 2 + stages * (2 * m * d * 2 + 2 * m * 4) + 2 * BLOCK_N * m * 2
-            + 8 * (1 + 3 * stages))
+            + CONSUMERS * 64 * 64 * 4 + 8 * (1 + 3 * stages + 2 * CONSUMERS))
 
 
 @functools.lru_cache(maxsize=None)
@@ -514,7 +573,7 @@ def flash_backward_hopper(rt, q, k, v, o, lse, do, scale, causal=False, dtype=No
     module = _module(rt, d, elem, tuple(sorted(cfg.items())))
 
     n_pad = cdiv(n_q, m) * m
-    dq_acc = rt.empty(q.shape, "float32")          # dQ / scale, summed over the key tiles
+    dq_acc = rt.empty((B * H * n_pad * d,), "float32")   # dQ / scale, summed over the key tiles, in parts
     delta_pad = rt.empty((B * H, n_pad), "float32")
     lse_log2_pad = rt.empty((B * H, n_pad), "float32")
     module.get_function("backward_prep")(
@@ -526,7 +585,7 @@ def flash_backward_hopper(rt, q, k, v, o, lse, do, scale, causal=False, dtype=No
     maps = (rt.tensor_map(q, m, elem), rt.tensor_map(k, BLOCK_N, elem), rt.tensor_map(v, BLOCK_N, elem),
             rt.tensor_map(do, m, elem))
     module.get_function("flash_backward_hopper")(
-        (cdiv(n_k, BLOCK_N), H_kv, B), (384,),
+        (cdiv(n_k, BLOCK_N), H_kv, B), (128 * (CONSUMERS + 1),),
         (*maps, lse_log2_pad, delta_pad, dq_acc, dk, dv, rt.int32(H), rt.int32(H_kv), rt.int32(n_q),
          rt.int32(n_k), rt.int32(n_pad), rt.float32(scale), rt.int32(int(bool(causal)))),
         shared_mem=shared_bytes(d))
@@ -534,5 +593,5 @@ def flash_backward_hopper(rt, q, k, v, o, lse, do, scale, causal=False, dtype=No
     dq = rt.empty(q.shape, q.dtype)
     pairs = B * H * n_q * d // 2
     module.get_function("convert_dq")((min(cdiv(pairs, CONVERT_THREADS), 4096),), (CONVERT_THREADS,),
-                                      (dq_acc, dq, rt.float32(scale), rt.int64(pairs)))
+                                      (dq_acc, dq, rt.float32(scale), rt.int32(n_q), rt.int32(n_pad), rt.int64(pairs)))
     return dq, dk, dv

@@ -22,6 +22,8 @@ csrc/emu/async_copy.h, emu_runtime.cpp):
     mbarrier.init / arrive{.expect_tx} / expect_tx / complete_tx / {try,test}_wait.parity .shared::cta.b64
     cp.async.bulk.tensor.{1..5}d.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [map, {c..}], [bar]
     cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], size, [bar]
+    cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [dst], [src], size
+    cp.async.bulk.commit_group   cp.async.bulk.wait_group{.read} N
     fence.proxy.async{.shared::cta}   fence.mbarrier_init.release.cluster   bar.{sync|arrive} id{, count}
     an empty template (a compiler barrier: asm volatile("" ::: "memory"))
 
@@ -60,6 +62,8 @@ SUPPORTED = (
     "wgmma.mma_async m64nNk16 (f16/bf16, f32), wgmma.fence / commit_group / wait_group, "
     "mbarrier.{init,arrive,arrive.expect_tx,expect_tx,complete_tx,try_wait.parity,test_wait.parity}, "
     "cp.async.bulk.tensor.Nd and cp.async.bulk (global to shared, mbarrier::complete_tx::bytes), "
+    "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32, cp.async.bulk.commit_group / "
+    "wait_group{.read} N, "
     "fence.proxy.async, "
     "fence.mbarrier_init, bar.sync / bar.arrive id, count, setmaxnreg")
 
@@ -727,6 +731,24 @@ def _bulk_load(ctx, m, ops):
             f"{_src(ctx, ops[2])}, {_address(ctx, ops[3])}, __FILE__, __LINE__)")
 
 
+def _bulk_reduce(ctx, m, ops):
+    if m.group(1):
+        ops = ops[:-1]   # the cache policy changes nothing here
+    if len(ops) != 3:
+        raise ctx.err(f"`{_readable(ctx.text)}`: cp.reduce.async.bulk takes [dst], [src], size")
+    return (f"__cudaemu_ptx::bulk_reduce_add_f32({_address(ctx, ops[0])}, {_address(ctx, ops[1])}, "
+            f"{_src(ctx, ops[2])}, __FILE__, __LINE__)")
+
+
+def _bulk_group(ctx, m, ops):
+    if m.group(1) == "commit_group":
+        _no_operands(ctx, ops)
+        return "__cudaemu_ptx::bulk_group(-1, __FILE__, __LINE__)"
+    if len(ops) != 1 or ops[0][0] not in ("imm", "op"):
+        raise ctx.err(f"`{_readable(ctx.text)}`: cp.async.bulk.wait_group takes one number")
+    return f"__cudaemu_ptx::bulk_group((long long){_src(ctx, ops[0])}, __FILE__, __LINE__)"
+
+
 def _fence_proxy(ctx, m, ops):
     _no_operands(ctx, ops)
     return "__cudaemu_ptx::fence_proxy_async()"
@@ -851,6 +873,9 @@ _HANDLERS: list[tuple[re.Pattern, Callable]] = [
                 r"\.mbarrier::complete_tx::bytes(\.L2::cache_hint)?"), _tma_load),
     (re.compile(r"cp\.async\.bulk\.shared::(?:cluster|cta)\.global"
                 r"\.mbarrier::complete_tx::bytes(\.L2::cache_hint)?"), _bulk_load),
+    (re.compile(r"cp\.reduce\.async\.bulk\.global\.shared::cta\.bulk_group(\.L2::cache_hint)?\.add\.f32"),
+     _bulk_reduce),
+    (re.compile(r"cp\.async\.bulk\.(commit_group|wait_group)(?:\.read)?"), _bulk_group),
     (re.compile(r"fence\.proxy\.async(?:\.shared::cta|\.shared::cluster|\.global)?"), _fence_proxy),
     (re.compile(r"fence\.mbarrier_init\.release\.cluster"), _no_op),
     (re.compile(r"(?:bar|barrier)\.(sync|arrive)(?:\.aligned)?"), _named_bar),

@@ -22,6 +22,10 @@ __CUDAEMU_HIDDEN void __cudaemu_tma_load(unsigned long long dst, const void* map
 __CUDAEMU_HIDDEN void __cudaemu_bulk_load(unsigned long long dst, const void* src,
                                           unsigned long long size, unsigned long long bar,
                                           const char* file, int line);
+__CUDAEMU_HIDDEN void __cudaemu_bulk_reduce_add_f32(unsigned long long dst, unsigned long long src,
+                                                    unsigned long long size, const char* file,
+                                                    int line);
+__CUDAEMU_HIDDEN void __cudaemu_bulk_group(long long n, const char* file, int line);
 __CUDAEMU_HIDDEN void __cudaemu_fence_proxy_async(void);
 __CUDAEMU_HIDDEN void __cudaemu_wgmma(int param, __cudaemu_wgmma_lane* lane, const char* file,
                                       int line);
@@ -52,6 +56,12 @@ __CUDAEMU_INLINE void tma_load(u64 dst, u64 map, int rank, u64 c0, u64 c1, u64 c
 }
 __CUDAEMU_INLINE void bulk_load(u64 dst, u64 src, u64 size, u64 bar, const char* file, int line) {
   __cudaemu_bulk_load(dst, (const void*)(uintptr_t)src, size, bar, file, line);
+}
+__CUDAEMU_INLINE void bulk_reduce_add_f32(u64 dst, u64 src, u64 size, const char* file, int line) {
+  __cudaemu_bulk_reduce_add_f32(dst, src, size, file, line);
+}
+__CUDAEMU_INLINE void bulk_group(long long n, const char* file, int line) {
+  __cudaemu_bulk_group(n, file, line);
 }
 __CUDAEMU_INLINE void fence_proxy_async() { __cudaemu_fence_proxy_async(); }
 __CUDAEMU_INLINE void wgmma(int param, __cudaemu_wgmma_lane* lane, const char* file, int line) {
