@@ -1,6 +1,6 @@
 """Module 12's kit: how a sequence is placed over P ranks, the references per rank, and the local
-attention the ranks call (the course's finished kernels of modules 06, 10 and 11; in a student release,
-which has no solutions/, the student's own files of those modules).
+attention the ranks call (the course's finished kernels of modules 06, 10 and 11, and 14's backward on
+an sm_90 GPU; in a student release, which has no solutions/, the student's own files of 06, 10 and 11).
 
 The placement (the lesson states it, and the solution's chunk_bounds and chunks_of compute it): the
 sequence of N tokens is cut into 2P chunks as evenly as possible, the first N mod 2P chunks one token
@@ -67,6 +67,9 @@ def per_rank(name: str, rank: int) -> str:
 
 LIBRARY = {"forward": "06_flash_tensor_cores", "forward_sm90": "10_flash_hopper",
            "backward": "11_backward_tensor_cores"}
+# Module 14 comes after 12: its backward is the library's on an sm_90 GPU only where the course's own
+# solution of it is here (not in a student release, whose 12 calls the student's 06, 10 and 11).
+BACKWARD_SM90 = "14_backward_hopper"
 
 
 @functools.lru_cache(maxsize=None)
@@ -97,8 +100,11 @@ class LocalAttention:
         self.rt, self.dtype = rt, dtype
         hopper = getattr(rt, "name", "") == "gpu" and str(getattr(rt, "compute_capability", "")) == "90"
         self._fwd = _solution(LIBRARY["forward_sm90" if hopper else "forward"])
-        self._bwd = _solution(LIBRARY["backward"])
+        from .. import paths
+        hopper_bwd = hopper and paths.solution_file(BACKWARD_SM90).is_file()
+        self._bwd = _solution(BACKWARD_SM90 if hopper_bwd else LIBRARY["backward"])
         self.forward_name = "flash_hopper" if hopper else "flash_tc"
+        self.backward_name = "flash_backward_hopper" if hopper_bwd else "flash_backward_tc"
 
     def _kind(self):
         return self.dtype if self.dtype == "bfloat16" else None
@@ -108,8 +114,8 @@ class LocalAttention:
                                                      dtype=self._kind())
 
     def backward(self, q, k, v, o, lse, do, scale, causal=False):
-        return self._bwd.flash_backward_tc(self.rt, q, k, v, o, lse, do, float(scale), causal=bool(causal),
-                                           dtype=self._kind())
+        return getattr(self._bwd, self.backward_name)(self.rt, q, k, v, o, lse, do, float(scale),
+                                                      causal=bool(causal), dtype=self._kind())
 
 
 def library(rt, dtype: str) -> dict:

@@ -4,7 +4,7 @@ context parallel, forward and training step (forward + backward), in one run.
 `grader bench 12` starts one process per GPU (NCCL between them, NVLink multicast off as ranks.ENV
 says) and times, for each sequence length, with B = 1, H = 16, d = 128, float16:
 
-- one GPU: the course's own kernels on the whole sequence (module 10's forward on an H100/H200, 11's
+- one GPU: the course's own kernels on the whole sequence (module 10's forward on an H100/H200, 14's
   backward), and torch's cuDNN attention;
 - yours on P GPUs, and yours with the transfers left out (every send and receive a no-op: the
   numbers are wrong, the time is the computation's alone), which gives the share of the transfers
