@@ -24,6 +24,7 @@ IDS = (
     "11_backward_tensor_cores",
     "12_ring_attention",
     "13_decode_tensor_cores",
+    "14_backward_hopper",
 )
 
 

@@ -437,6 +437,7 @@ flash_backward_hopper(const __grid_constant__ TensorMap q_map, const __grid_cons
     }
 
     // dV and dK = scale · dk_acc of this lane's keys, in the element type.
+    // BEGIN SOLUTION TODO(8): store this lane's rows of dV and of dK = scale · dk_acc (keys k_start + key0 + 8 r below n_k, features 8j + 2t and + 1) in the element type, two at a time with to_elem2
     #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int key = k_start + key0 + 8 * r;
@@ -450,6 +451,7 @@ flash_backward_hopper(const __grid_constant__ TensorMap q_map, const __grid_cons
             }
         }
     }
+    // END SOLUTION
 }
 
 // dq = scale · dq_acc, rounded to the element type: the scale of S = scale · Q Kᵀ, applied once.
@@ -461,9 +463,11 @@ extern "C" __global__ void convert_dq(const float* __restrict__ dq_acc, elem_t* 
          idx += (long long)gridDim.x * blockDim.x) {
         const long long row = idx / (D / 2);               // of B · H · n_q
         const int bh = (int)(row / n_q), i = (int)(row % n_q), c = (int)(idx % (D / 2)) * 2, r = i % 64;
+        // BEGIN SOLUTION TODO(8): dq's pair idx = scale · the pair (query i, features c, c + 1) of dq_acc, read from its part (dq_part) at row r, its 8-float chunk swizzled as the consumers wrote it; rounded with to_elem2
         const float2 x = *reinterpret_cast<const float2*>(
             dq_acc + dq_part(bh, i, c, n_pad) + r * 64 + (((c % 64) / 8) ^ (r % 8)) * 8 + c % 8);
         reinterpret_cast<elem2_t*>(dq)[idx] = to_elem2(scale * x.x, scale * x.y);
+        // END SOLUTION
     }
 }
 """

@@ -1,0 +1,68 @@
+"""Checks for 14_backward_hopper: module 11's inputs, outputs, tolerance rule and diagnoses (the
+low-precision backward kit, grader/attention/backward_lowp.py) on the Hopper kernel. On the CPU the
+emulator runs its wgmma, TMA, bulk copies and mbarriers (csrc/hopper.inc)."""
+from __future__ import annotations
+
+from ...attention import backward_lowp
+from ...spec import Case, Tolerance
+
+SHAPES = [  # name, (B, H, Hkv, Nq, Nk, d), extra. The solution's tiles: 128 keys a block; 64 queries
+    # a step at d = 128, 128 at d = 64; two stages, so a block of more than two steps refills them.
+    ("tiny", (1, 1, 1, 3, 5, 64), {}),
+    ("below_tile", (1, 2, 2, 17, 19, 64), {}),
+    ("tile_plus_1", (1, 1, 1, 129, 129, 64), {}),
+    ("head_dim_128", (1, 2, 2, 70, 130, 128), {}),
+    ("stage_ring_d128", (1, 1, 1, 200, 60, 128), {}),
+    ("gqa_4_to_1", (1, 4, 1, 33, 47, 64), {}),
+    ("more_queries_than_keys", (1, 2, 1, 150, 13, 64), {}),
+    ("large_logits", (1, 2, 2, 40, 77, 64), {"logit": 50.0}),
+    # Every score near -150: the zero-filled keys past Nk would get P = exp(0 - lse) = inf there.
+    ("scores_far_below_zero", (1, 2, 1, 21, 70, 64), {"shift": -150.0}),
+    ("causal_square", (1, 2, 2, 70, 70, 64), {"causal": True}),
+    ("causal_chunked_d128", (1, 2, 1, 40, 170, 128), {"causal": True}),
+    # Nq > Nk over whole key tiles: rows 0 .. 69 see no key (lse = -inf, gradients 0).
+    ("causal_queries_past_key_tiles", (1, 1, 1, 200, 130, 64), {"causal": True}),
+    ("causal_gqa", (1, 4, 2, 50, 120, 64), {"causal": True}),
+    ("bf16_tile_plus_1", (1, 1, 1, 65, 129, 64), {"dtype": "bfloat16"}),
+    ("bf16_gqa_causal_d128", (1, 4, 2, 65, 129, 128), {"dtype": "bfloat16", "causal": True}),
+    ("bf16_scores_far_below_zero", (1, 2, 1, 21, 70, 128), {"dtype": "bfloat16", "shift": -150.0}),
+]
+CASES = [Case(name, dict(dict(zip(("B", "H", "Hkv", "Nq", "Nk", "d"), shape)),
+                         **{"dtype": "float16", "causal": False, **extra}))
+         for name, shape, extra in SHAPES]
+TOLERANCES = {name: Tolerance(rel=3e-3, abs=3e-2) for name in backward_lowp.OUTPUTS}
+SHRINK_KEYS = ("B", "H", "Hkv", "Nq", "Nk")          # d stays 64 or 128: the kernel supports no other
+# On the emulator, run the blocks a second time, last first: blocks whose shares of dQ do not add up
+# in any order give a result that depends on it.
+BLOCK_ORDER_CHECK = True
+
+
+def valid(p) -> bool:
+    return p["d"] in (64, 128) and p["H"] % p["Hkv"] == 0
+
+
+def make_inputs(p, rng):
+    return backward_lowp.backward_lowp_inputs(p, rng)
+
+
+def reference(inputs, p):
+    return backward_lowp.reference(inputs, p["dtype"])
+
+
+def tolerances(inputs, p, ref):
+    return backward_lowp.tolerances(inputs, p["dtype"], ref)
+
+
+def call(fn, rt, inputs, p):
+    dtype = p["dtype"] if p["dtype"] == "bfloat16" else None    # float16 is read from the arrays
+    dq, dk, dv = fn(rt, inputs["q"], inputs["k"], inputs["v"], inputs["o"], inputs["lse"], inputs["do"],
+                    inputs["scale"], causal=inputs["causal"], dtype=dtype)
+    return {"dq": dq, "dk": dk, "dv": dv}
+
+
+def widen(out, p):
+    return backward_lowp.widen(out, p["dtype"])
+
+
+def diagnose(ctx):
+    return backward_lowp.diagnose(ctx, ctx.params["dtype"])
