@@ -6,6 +6,24 @@ from ...attention.baselines import backward_flops, torch_sdpa_backward
 from ...spec import BenchCase
 
 
+def inputs(rt, params, solution) -> dict:
+    """q, k, v and dO from a standard normal in the case's type (bfloat16 as uint16 bits), made on the
+    device; o and lse from module 10's forward on them (a float64 forward on the host would take
+    minutes at N = 16384)."""
+    xp = rt.xp
+    shape = (params["B"], params["H"], params["Nq"], params["d"])
+    bf16 = params["dtype"] == "bfloat16"
+
+    def normal():
+        x = xp.random.standard_normal(shape, dtype=xp.float32)
+        return (x.view(xp.uint32) >> 16).astype(xp.uint16) if bf16 else x.astype(xp.float16)
+    x = {n: normal() for n in ("q", "k", "v", "do")}
+    x.update(scale=params["d"] ** -0.5, causal=params["causal"])
+    x["o"], x["lse"] = solution("10_flash_hopper").flash_hopper(rt, x["q"], x["k"], x["v"], x["scale"],
+                                                                causal=x["causal"], dtype=params["dtype"])
+    return x
+
+
 def module_11(b):
     """Module 11's solution (mma.sync) on the same inputs."""
     fn = b.solution("11_backward_tensor_cores").flash_backward_tc
