@@ -15,7 +15,7 @@ def inputs(rt, params, solution) -> dict:
     bf16 = params["dtype"] == "bfloat16"
 
     def normal():
-        x = xp.random.standard_normal(shape, dtype=xp.float32)
+        x = xp.random.standard_normal(shape).astype(xp.float32)
         return (x.view(xp.uint32) >> 16).astype(xp.uint16) if bf16 else x.astype(xp.float16)
     x = {n: normal() for n in ("q", "k", "v", "do")}
     x.update(scale=params["d"] ** -0.5, causal=params["causal"])
