@@ -283,10 +283,19 @@ def run(ex, path, as_json=False, quick=False) -> int:
         while True:
             ready = [c for c in pipes if c.poll(1.0)]
             if ready:
-                msg = ready[0].recv()
-                break
-            if not all(p.is_alive() for p in procs):
-                raise GraderError("a rank's process of the benchmark ended without a result")
+                try:
+                    msg = ready[0].recv()
+                    break
+                except EOFError:     # the process closed its end: it ended without sending
+                    pass
+            if ready or not all(p.is_alive() for p in procs):
+                for p in procs:
+                    p.join(timeout=10)
+                ended = ", ".join(f"rank {r} (exit code {p.exitcode})" for r, p in enumerate(procs)
+                                  if not p.is_alive())
+                raise GraderError(f"the benchmark's processes ended without a result: {ended or 'none yet'}; "
+                                  "a negative exit code is the signal that ended it (-9: killed, say for "
+                                  "memory; -11: a segmentation fault)")
     finally:
         for p in procs:
             p.join(timeout=60)
