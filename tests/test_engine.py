@@ -365,3 +365,30 @@ def test_row_factors_say_when_one_factor_holds_for_the_whole_array_and_word_grad
     per_row = want * (2.0 + np.arange(5))[:, None]
     assert "relative to each other" not in row_factors("dq", per_row, want)
     assert "relative to each other" in row_factors("o", per_row, want)
+
+
+def _refusing_solution(tmp_path, refuse: str):
+    """Module 00's solution, refusing the cases where `refuse` holds as this machine cannot run them
+    (module 12 on a GPU: more ranks than GPUs)."""
+    from grader import paths
+    text = paths.solution_file("00_naive_attention").read_text()
+    head = "def naive_attention(rt, q, k, v, scale):\n"
+    assert text.count(head) == 1
+    text = text.replace(head, head + f"    from grader.errors import CaseNotRunnable\n    if {refuse}:\n"
+                        "        raise CaseNotRunnable('needs more GPUs than this machine has')\n")
+    p = tmp_path / "attempt.py"
+    p.write_text(text)
+    return p
+
+
+def test_a_check_whose_other_cases_cannot_run_here_passes_with_them_not_run(tmp_path):
+    report = run_check(EX, _refusing_solution(tmp_path, "q.shape[2] > 1"), "cpu", 1, cases=CASES)
+    first, second = report["cases"]
+    assert first["passed"] and second["kind"] == "not_run" and "more GPUs" in second["message"]
+    assert report["passed"]
+
+
+def test_a_check_none_of_whose_cases_ran_does_not_pass(tmp_path):
+    report = run_check(EX, _refusing_solution(tmp_path, "True"), "cpu", 1, cases=CASES)
+    assert all(c["kind"] == "not_run" for c in report["cases"])
+    assert not report["passed"]
