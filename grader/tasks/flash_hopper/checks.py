@@ -12,3 +12,9 @@ CASES = CASES + [  # noqa: F405 (the kit's)
     Case("stage_ring_causal_d128", dict(B=1, H=1, Hkv=1, Nq=300, Nk=420, d=128, dtype="bfloat16",
                                         causal=True)),
 ]
+# More work tiles (query tiles × heads) than the emulator's 132 SMs: the persistent grid has 132 blocks,
+# and the blocks take the other tiles one after another (on the emulator, which runs the blocks one at a
+# time, block 0 takes all of them). The K/V ring, the work slots and the turns go on across work tiles.
+CASES += [
+    Case("persistent_many_tiles", dict(B=1, H=2, Hkv=1, Nq=13400, Nk=200, d=64, dtype="float16", causal=False)),
+]

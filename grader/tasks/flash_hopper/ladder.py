@@ -19,11 +19,15 @@ consumer warpgroup, STAGES):
     4. +ping-pong       the consumers take turns issuing their products (named barriers): one's
                         softmax runs while the other's products do.                   PINGPONG=1
     5. +overlap         S of tile j issued with P V of tile j - 1, the softmax of tile j run while P V is
-                        on the tensor cores: the solution itself (called as is). The variant with every
-                        switch on (OVERLAP=1: the solution's loop, spliced in) is checked and compiled too.
-                        It differs from the solution in one thing only: every step here has the consumers
-                        copy Q (once per block) with plain stores, where the solution of 2026-11-26 has the
-                        producer copy it by TMA.
+                        on the tensor cores: the solution's loop, spliced in.          OVERLAP=1
+    6. +persistent      the solution itself (called as is): one block per SM that takes work tile after
+                        work tile from a tile scheduler (an atomic counter, the producer handing each
+                        tile to the consumers through two slots), longest first in groups of heads; the
+                        K/V ring goes on across work tiles, so the next tile's first K/V copies and its Q
+                        overlap the end of this one. Steps 1 to 5 launch one block per (query tile, head,
+                        batch), the query tiles from row 0, and copy Q once per block. Step 5 is checked
+                        once more untimed, as "(variant, all on)": on the emulator its outputs must equal
+                        the solution's bit for bit.
 
 What every step shares with the solution is spliced in from solutions/10_flash_hopper.py, not copied:
 the PTX wrappers (types, mbarriers, TMA, wgmma, descriptors), the online softmax (softmax, to_p,
@@ -40,7 +44,7 @@ from __future__ import annotations
 import functools
 
 from ...attention.baselines import attention_flops, torch_sdpa
-from ...attention.ladders import fill, normal_inputs, piece, switch_ladder
+from ...attention.ladders import fill, normal_inputs, piece, replace
 from ...spec import LadderStep, LadderTiming
 from .bench import module_06
 
@@ -124,6 +128,9 @@ flash_hopper_ladder(const elem_t* __restrict__ q,
     unsigned char* v_s = k_s + STAGES * KV_BYTES;
 
     const int q_start = (gridDim.x - 1 - blockIdx.x) * BLOCK_M;    // module 03's order: last tiles first
+    // The solution numbers its K/V tiles across a block's work tiles, this work tile's first being tile
+    // `first`; here a block has one work tile, whose key tile it is K/V tile it.
+    const int first = 0;
     const int h = blockIdx.y, b = blockIdx.z, h_kv = h / (H / H_kv);
     const int offset = n_k - n_q;                 // query i sees keys j <= i + offset (bottom-right)
     const int q_last = min(q_start + BLOCK_M, n_q) - 1;
@@ -316,10 +323,12 @@ flash_hopper_ladder(const elem_t* __restrict__ q,
 }
 """
 
-# The ladder: step 1 has every switch off, each step after it turns the next one on, and the last step
-# is the solution itself (the ladder's kernel with every switch on is checked too: "(variant, all on)").
+# The ladder: step 1 has every switch off, each step after it turns the next one on up to step 5 (every
+# switch on), and the last step is the solution itself (step 5 is checked once more, untimed, against it:
+# "(variant, all on)").
 SWITCHES = ("TMA", "WARP_SPEC", "PINGPONG", "OVERLAP")
-STEPS = ["wgmma, plain copies", "+TMA, 2 stages", "+warp specialization", "+ping-pong", "+overlap (solution)"]
+STEPS = ["wgmma, plain copies", "+TMA, 2 stages", "+warp specialization", "+ping-pong", "+overlap",
+         "+persistent (solution)"]
 
 # Module 10's cases: float16 and bfloat16, d 64 and 128, partial tiles, GQA, causal (with query rows
 # that see no key), more key tiles than stages.
@@ -330,11 +339,18 @@ CHECK_CASES = {
     "gpu": ("tile_plus_1", "head_dim_128", "causal_chunked_d128", "bf16_tile_plus_1", "bf16_gqa_causal_d128",
             "stage_ring_d64", "stage_ring_causal_d128"),
 }
-# The all-on variant differs from the solution in how Q is copied only: on the emulator, the same outputs
-# bit for bit (on a GPU not required: compared, and the difference shown).
+# The all-on variant differs from the solution in its schedule and its Q copies only (one block per query
+# tile): on the emulator, the same outputs bit for bit (on a GPU not required: compared, and the
+# difference shown).
 SAME_AS_SOLUTION = {"cpu": ("o", "lse")}
 WHERE = "solutions/10_flash_hopper.py"
 OPTIONS = ("-ftz=true", "-arch=sm_90a")        # the solution's: wgmma and setmaxnreg need sm_90a
+
+
+# The solution's loop takes the next work tile (and copies its Q) under the last P V, or at once when the
+# tile sees no key: the lines that the ladder's loop leaves out.
+NEXT_UNDER_PV = "            next = take();                    // no product reads q_s now: the next Q under this P V\n"
+NEXT_IF_NONE = "        } else {\n            next = take();\n        }"
 
 
 @functools.lru_cache(maxsize=None)
@@ -342,8 +358,10 @@ def source(solution, d: int) -> str:
     kernel = solution.KERNEL
     return fill(KERNEL, {
         "@SOLUTION_PTX@": piece(kernel, "#if USE_BF16", through="@WGMMA_HELPERS@", where=WHERE),
-        "@SOLUTION_SOFTMAX@": piece(kernel, "// The softmax of tile it on S", block="auto rescale", where=WHERE),
-        "@SOLUTION_LOOP@": piece(kernel, "if (n_tiles > 0) {", block="if (n_tiles > 0) {", where=WHERE),
+        "@SOLUTION_SOFTMAX@": piece(kernel, "// The softmax of tile it", block="auto rescale", where=WHERE),
+        # The loop without the scheduler's hand-over (a block of the ladder has one work tile).
+        "@SOLUTION_LOOP@": replace(NEXT_UNDER_PV, "", where=WHERE)(replace(NEXT_IF_NONE, "        }", where=WHERE)(
+            piece(kernel, "if (n_tiles > 0) {", block="if (n_tiles > 0) {", where=WHERE))),
         "@SOLUTION_EPILOGUE@": piece(kernel, "// o = acc / l", block="for (int r = 0; r < 2; ++r) {", where=WHERE),
     }).replace("@WGMMA_HELPERS@", solution.wgmma_helpers(solution.CONFIG[d]["BLOCK_N"], d))
 
@@ -411,7 +429,14 @@ def _step(ctx, label: str, switches: dict | None, timed: bool = True) -> LadderS
 
 
 def steps(ctx) -> list[LadderStep]:
-    return switch_ladder(SWITCHES, STEPS, functools.partial(_step, ctx))
+    """Steps 1 to 5: the ladder's kernel with the first 0 .. 4 switches on; step 6: the solution; then step 5
+    once more, untimed, checked against the solution."""
+    step = functools.partial(_step, ctx)
+
+    def on(n: int) -> dict:
+        return {name: int(i < n) for i, name in enumerate(SWITCHES)}
+    return ([step(label, on(i)) for i, label in enumerate(STEPS[:-1])] + [step(STEPS[-1], None)]
+            + [step("(variant, all on)", on(len(SWITCHES)), timed=False)])
 
 
 # ---- Timing (GPU) -----------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ WRONG = [
     Wrong(EX, 'empty_wait_wrong_parity',
           "the producer waits on a stage's 'empty' barrier with the consumers' parity, not the opposite",
           edits=(
-              ('                mbar_wait(k_empty(s), phase ^ 1);\n',
-               '                mbar_wait(k_empty(s), phase);        // BUG: the parity of the full wait\n'),
+              ('                    mbar_wait(k_empty(s), phase ^ 1);\n',
+               '                    mbar_wait(k_empty(s), phase);        // BUG: the parity of the full wait\n'),
           ),
           expect=('hangs', 'parity'),
           cases=('tiny',),
@@ -16,7 +16,7 @@ WRONG = [
     Wrong(EX, 'q_stores_not_fenced',
           "the consumers copy Q into shared memory with ordinary stores and no fence.proxy.async before wgmma reads it",
           edits=(
-              ('    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // wgmma reads through the async proxy\n',
+              ('        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // wgmma reads through the async proxy\n',
                ''),
           ),
           expect=('fence.proxy.async',),
@@ -25,10 +25,10 @@ WRONG = [
     Wrong(EX, 'released_before_wait',
           "a consumer releases the V stage before the wgmma.wait_group that covers the P V reading it",
           edits=(
-              ('            wgmma_wait<0>();                          // P V done\n'
-               '            release(v_empty((it - 1) % STAGES));\n',
-               '            release(v_empty((it - 1) % STAGES));      // BUG: before the wait\n'
-               '            wgmma_wait<0>();                          // P V done\n'),
+              ('                wgmma_wait<0>();                          // P V done\n'
+               '                release(v_empty((it - 1) % STAGES));\n',
+               '                release(v_empty((it - 1) % STAGES));      // BUG: before the wait\n'
+               '                wgmma_wait<0>();                          // P V done\n'),
           ),
           expect=('still reads',),
           cases=('stage_ring_d128',),
@@ -45,8 +45,8 @@ WRONG = [
     Wrong(EX, 'no_wait_before_epilogue',
           "the epilogue reads acc without the wgmma.wait_group that covers the last P V",
           edits=(
-              ('        next_turn();\n        wgmma_wait<0>();\n        release(v_empty((n_tiles - 1) % STAGES));\n',
-               '        next_turn();\n        release(v_empty((n_tiles - 1) % STAGES));   // BUG: no wgmma_wait<0>() first\n'),
+              ('            wgmma_wait<0>();\n            release(v_empty((first + n_tiles - 1) % STAGES));\n',
+               '            release(v_empty((first + n_tiles - 1) % STAGES));   // BUG: no wgmma_wait<0>() first\n'),
           ),
           expect=('in flight',),
           cases=('tiny',),
@@ -54,8 +54,8 @@ WRONG = [
     Wrong(EX, 'expect_tx_one_box',
           "expect_tx announces one 64-feature box of the K tile where D / 64 boxes arrive",
           edits=(
-              ('                mbar_expect_tx(k_full(s), KV_BYTES);\n',
-               '                mbar_expect_tx(k_full(s), KV_BYTES / BOXES);   // BUG: one box, not BOXES\n'),
+              ('                    mbar_expect_tx(k_full(s), KV_BYTES);\n',
+               '                    mbar_expect_tx(k_full(s), KV_BYTES / BOXES);   // BUG: one box, not BOXES\n'),
           ),
           expect=('expect_tx',),
           cases=('head_dim_128',),
@@ -63,8 +63,8 @@ WRONG = [
     Wrong(EX, 'acc_not_rescaled',
           'acc keeps its old scale when the running max grows (l is rescaled)',
           edits=(
-              ('            issue_s(s, it);\n            rescale(alpha);\n',
-               '            issue_s(s, it);                           // BUG: acc is not rescaled by alpha\n'),
+              ('                issue_s(s, it);\n                rescale(alpha);\n',
+               '                issue_s(s, it);                           // BUG: acc is not rescaled by alpha\n'),
           ),
           # 06's replay of it reproduces the kernel on some inputs only (it is stated then, silent else).
           expect=('relative error',),
