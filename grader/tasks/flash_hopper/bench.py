@@ -1,6 +1,7 @@
-"""Benchmark for 10_flash_hopper: the issue's shapes (d 128 and 64, float16 and bfloat16, full and
-causal, B=2 H=16 N=4096 and B=1 H=16 N=16384) against module 06 (mma.sync) and, where PyTorch is
-importable, torch's FlashAttention-2 and cuDNN backends, on the same inputs in the same run."""
+"""Benchmark for 10_flash_hopper: d 128 and 64, float16 and bfloat16, full and causal, at B=2 H=16
+N=4096, B=1 H=16 N=16384 and B=16 H=16 N=1024 (many short sequences: the persistent grid's case),
+against module 06 (mma.sync) and, where PyTorch is importable, torch's FlashAttention-2 and cuDNN
+backends, on the same inputs in the same run."""
 from ...attention.baselines import attention_flops, torch_sdpa
 from ...attention.lowp_prefill import call
 from ...spec import BenchCase
@@ -21,6 +22,6 @@ def _case(name, p):
 BENCH = [
     _case(f"{dtype}_{'causal' if causal else 'full'}_B{B}_H16_N{n}_d{d}",
           dict(B=B, H=16, Hkv=16, Nq=n, Nk=n, d=d, dtype=dtype, causal=causal))
-    for B, n in ((2, 4096), (1, 16384)) for d in (128, 64)
+    for B, n in ((2, 4096), (1, 16384), (16, 1024)) for d in (128, 64)
     for dtype in ("float16", "bfloat16") for causal in (False, True)
 ]
