@@ -11,6 +11,9 @@ SHAPES = [  # name, (B, H, Hkv, Nq, Nk, d), extra. The solution's tiles: 128 key
     ("tiny", (1, 1, 1, 3, 5, 64), {}),
     ("below_tile", (1, 2, 2, 17, 19, 64), {}),
     ("tile_plus_1", (1, 1, 1, 129, 129, 64), {}),
+    # Three key blocks add into the same dQ rows. With two, a plain += gives the same sums in either
+    # block order (a + b = b + a); with three, the rounding differs, and the emulator's rerun shows it.
+    ("three_key_blocks", (1, 1, 1, 9, 300, 64), {}),
     ("head_dim_128", (1, 2, 2, 70, 130, 128), {}),
     ("stage_ring_d128", (1, 1, 1, 200, 60, 128), {}),
     ("gqa_4_to_1", (1, 4, 1, 33, 47, 64), {}),
