@@ -164,7 +164,7 @@ __device__ __forceinline__ size_t dq_part(int bh, int i, int c, int n_pad)
 
 // D_i = rowsum(dO ∘ O) and lse_i · log2 e, in rows padded to a multiple of BLOCK_M (a step's rows are
 // one 16-byte aligned bulk copy); padded rows get D = 0 and lse · log2 e = +inf, so that their P is 0.
-// dq_acc's rows are set to 0 for the atomics. One warp per padded row.
+// dq_acc's rows are set to 0 for the bulk reductions. One warp per padded row.
 extern "C" __global__ void backward_prep(const elem_t* __restrict__ o, const elem_t* __restrict__ dout,
                                          const float* __restrict__ lse, float* __restrict__ delta_pad,
                                          float* __restrict__ lse_log2_pad, float* __restrict__ dq_acc,

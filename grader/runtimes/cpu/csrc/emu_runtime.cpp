@@ -1332,6 +1332,7 @@ EXPORT int cudaemu_launch(void (*entry)(void**), void** args, const uint32_t* gr
     counters_block_start(nthreads);
     trace_block_start();
     if (run_block(nthreads, perm) != 0) { rc = -1; break; }
+    hopper_block_end();
     counters_block_end(nthreads);
   }
   remove_signals();
