@@ -26,13 +26,20 @@ def device(ex_id: str | None = None) -> dict:
     """The GPU a module was measured on: the file's, unless its `devices` names another for the module
     (gpu, driver, peaks)."""
     m = measured()
+    ex_id = _full_id(ex_id)
     return {**m, **m.get("devices", {}).get(ex_id, {})}
+
+
+def _full_id(ex_id: str | None) -> str | None:
+    """'13' or '13_decode_tensor_cores' -> '13_decode_tensor_cores' (the file's keys)."""
+    from . import catalogue
+    return catalogue.resolve(ex_id).id if ex_id is not None else None
 
 
 def label(ex_id: str | None = None) -> str:
     """Where and when the figures were measured, for a caption."""
     m = device(ex_id)
-    date = m.get("dates", {}).get(ex_id, m["date"])
+    date = m.get("dates", {}).get(_full_id(ex_id), m["date"])
     return f"measured on an {m['gpu']} on {date} (driver {m['driver']}, CuPy {m['versions']['cupy']})"
 
 
