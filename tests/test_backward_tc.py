@@ -85,19 +85,17 @@ def runtime(backend):
     return get_runtime(backend)
 
 
-@pytest.mark.parametrize("backend", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
-@pytest.mark.parametrize("dtype, d", [("float16", 64), ("bfloat16", 128)])
-def test_one_training_step_forward_of_06_then_backward_of_11(backend, dtype, d):
-    """q, k, v, dO in 16 bits; module 06 computes o and lse, module 11 the gradients from them. Each
-    gradient passes the grader's rule with 06's o and lse in the same-precision reference, against the
-    float64 gradients; and, with PyTorch, lies as close to torch.autograd's float32 gradients."""
-    rt = runtime(backend)
-    x = inputs(dtype, seed=11, B=1, H=4, Hkv=2, Nq=40, Nk=70, d=d, causal=True)
+def check_training_step(rt, x, dtype, forward, backward):
+    """One training step on `rt`: forward(rt, q, k, v, scale, causal=, dtype=) -> (o, lse), then
+    backward(rt, q, k, v, o, lse, do, scale, causal=, dtype=) -> (dq, dk, dv), from the inputs x
+    (backward_lowp_inputs). Each gradient passes the grader's rule with the forward's o and lse in the
+    same-precision reference, against the float64 gradients; and, with PyTorch, lies as close to
+    torch.autograd's float32 gradients."""
+    causal = x["causal"]
     dev = {n: rt.asarray(x[n]) for n in ("q", "k", "v", "do")}
-    kw = dict(causal=True, dtype=dtype if dtype == "bfloat16" else None)
-    o, lse = load("06_flash_tensor_cores").flash_tc(rt, dev["q"], dev["k"], dev["v"], x["scale"], **kw)
-    grads = load("11_backward_tensor_cores").flash_backward_tc(rt, dev["q"], dev["k"], dev["v"], o, lse, dev["do"],
-                                                                x["scale"], **kw)
+    kw = dict(causal=causal, dtype=dtype if dtype == "bfloat16" else None)
+    o, lse = forward(rt, dev["q"], dev["k"], dev["v"], x["scale"], **kw)
+    grads = backward(rt, dev["q"], dev["k"], dev["v"], o, lse, dev["do"], x["scale"], **kw)
     got = {n: lowp.decode(rt.to_numpy(g), dtype).astype(np.float64) for n, g in zip(backward_lowp.OUTPUTS, grads)}
     step = dict(x, o=rt.to_numpy(o), lse=rt.to_numpy(lse))          # the forward kernel's o and lse
     ref = backward_lowp.reference(step, dtype)                         # float64, independent of o and lse
@@ -109,12 +107,23 @@ def test_one_training_step_forward_of_06_then_backward_of_11(backend, dtype, d):
         import torch
     except ImportError:
         return
+    n_q, n_k = np.shape(x["q"])[2], np.shape(x["k"])[2]
     values = backward_lowp.decoded(x, dtype)
     q, k, v = (torch.tensor(values[n], dtype=torch.float32, requires_grad=True) for n in ("q", "k", "v"))
-    mask = torch.ones(40, 70, dtype=torch.bool).tril(70 - 40)             # bottom-right causal
+    mask = torch.ones(n_q, n_k, dtype=torch.bool).tril(n_k - n_q) if causal else None   # bottom-right
     out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=x["scale"], enable_gqa=True)
     out.backward(torch.tensor(values["do"], dtype=torch.float32))
     for name, t in zip(backward_lowp.OUTPUTS, (q, k, v)):
         auto = t.grad.double().numpy()
         assert lowp.rel_error(auto, ref[name]) < 1e-5, name                # autograd is the float64 answer
         assert lowp.rel_error(got[name], auto) <= tol[name].rel + 1e-5, name
+
+
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("dtype, d", [("float16", 64), ("bfloat16", 128)])
+def test_one_training_step_forward_of_06_then_backward_of_11(backend, dtype, d):
+    """q, k, v, dO in 16 bits; module 06 computes o and lse, module 11 the gradients from them
+    (check_training_step says against what)."""
+    x = inputs(dtype, seed=11, B=1, H=4, Hkv=2, Nq=40, Nk=70, d=d, causal=True)
+    check_training_step(runtime(backend), x, dtype, load("06_flash_tensor_cores").flash_tc,
+                        load("11_backward_tensor_cores").flash_backward_tc)
