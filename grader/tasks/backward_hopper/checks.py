@@ -3,8 +3,8 @@ low-precision backward kit, grader/attention/backward_lowp.py) on the Hopper ker
 emulator runs its wgmma, TMA, bulk copies and mbarriers (csrc/hopper.inc)."""
 from __future__ import annotations
 
-from ...attention import backward_lowp
-from ...spec import Case, Tolerance
+from ...attention.backward_lowp_checks import *  # noqa: F401,F403 (valid, make_inputs, reference, call, ...)
+from ...spec import Case
 
 SHAPES = [  # name, (B, H, Hkv, Nq, Nk, d), extra. The solution's tiles: 128 keys a block; 64 queries
     # a step at d = 128, 128 at d = 64; two stages, so a block of more than two steps refills them.
@@ -33,39 +33,3 @@ SHAPES = [  # name, (B, H, Hkv, Nq, Nk, d), extra. The solution's tiles: 128 key
 CASES = [Case(name, dict(dict(zip(("B", "H", "Hkv", "Nq", "Nk", "d"), shape)),
                          **{"dtype": "float16", "causal": False, **extra}))
          for name, shape, extra in SHAPES]
-TOLERANCES = {name: Tolerance(rel=3e-3, abs=3e-2) for name in backward_lowp.OUTPUTS}
-SHRINK_KEYS = ("B", "H", "Hkv", "Nq", "Nk")          # d stays 64 or 128: the kernel supports no other
-# On the emulator, run the blocks a second time, last first: blocks whose shares of dQ do not add up
-# in any order give a result that depends on it.
-BLOCK_ORDER_CHECK = True
-
-
-def valid(p) -> bool:
-    return p["d"] in (64, 128) and p["H"] % p["Hkv"] == 0
-
-
-def make_inputs(p, rng):
-    return backward_lowp.backward_lowp_inputs(p, rng)
-
-
-def reference(inputs, p):
-    return backward_lowp.reference(inputs, p["dtype"])
-
-
-def tolerances(inputs, p, ref):
-    return backward_lowp.tolerances(inputs, p["dtype"], ref)
-
-
-def call(fn, rt, inputs, p):
-    dtype = p["dtype"] if p["dtype"] == "bfloat16" else None    # float16 is read from the arrays
-    dq, dk, dv = fn(rt, inputs["q"], inputs["k"], inputs["v"], inputs["o"], inputs["lse"], inputs["do"],
-                    inputs["scale"], causal=inputs["causal"], dtype=dtype)
-    return {"dq": dq, "dk": dk, "dv": dv}
-
-
-def widen(out, p):
-    return backward_lowp.widen(out, p["dtype"])
-
-
-def diagnose(ctx):
-    return backward_lowp.diagnose(ctx, ctx.params["dtype"])

@@ -8,8 +8,8 @@ inputs, with the case's rounding allowed, and this module's fragment bugs.
 """
 from __future__ import annotations
 
-from ...attention import backward_lowp
-from ...spec import Case, Tolerance
+from ...attention.backward_lowp_checks import *  # noqa: F401,F403 (valid, make_inputs, reference, call, ...)
+from ...spec import Case
 
 SHAPES = [  # name, (B, H, Hkv, Nq, Nk, d), extra. The solution's tiles: 64 or 32 queries × 128 keys.
     ("one_query_one_key", (1, 1, 1, 1, 1, 64), {}),
@@ -40,41 +40,3 @@ SHAPES = [  # name, (B, H, Hkv, Nq, Nk, d), extra. The solution's tiles: 64 or 3
 CASES = [Case(name, dict(dict(zip(("B", "H", "Hkv", "Nq", "Nk", "d"), shape)),
                          **{"dtype": "float16", "causal": False, **extra}))
          for name, shape, extra in SHAPES]
-# The tolerance of a case is computed from its inputs (tolerances below); these are about the loosest
-# a float16 case gets, stated for the tools that list a module's tolerances.
-TOLERANCES = {name: Tolerance(rel=3e-3, abs=3e-2) for name in backward_lowp.OUTPUTS}
-SHRINK_KEYS = ("B", "H", "Hkv", "Nq", "Nk")          # d stays 64 or 128: the kernel supports no other
-# On the emulator, run the blocks a second time, last first: blocks that add into dQ's accumulator
-# with a plain += (not atomicAdd) give a result that depends on their order (on a GPU they lose updates).
-BLOCK_ORDER_CHECK = True
-
-
-def valid(p) -> bool:
-    return p["d"] in (64, 128) and p["H"] % p["Hkv"] == 0
-
-
-def make_inputs(p, rng):
-    return backward_lowp.backward_lowp_inputs(p, rng)
-
-
-def reference(inputs, p):
-    return backward_lowp.reference(inputs, p["dtype"])
-
-
-def tolerances(inputs, p, ref):
-    return backward_lowp.tolerances(inputs, p["dtype"], ref)
-
-
-def call(fn, rt, inputs, p):
-    dtype = p["dtype"] if p["dtype"] == "bfloat16" else None    # float16 is read from the arrays
-    dq, dk, dv = fn(rt, inputs["q"], inputs["k"], inputs["v"], inputs["o"], inputs["lse"], inputs["do"],
-                    inputs["scale"], causal=inputs["causal"], dtype=dtype)
-    return {"dq": dq, "dk": dk, "dv": dv}
-
-
-def widen(out, p):
-    return backward_lowp.widen(out, p["dtype"])
-
-
-def diagnose(ctx):
-    return backward_lowp.diagnose(ctx, ctx.params["dtype"])
