@@ -23,8 +23,9 @@ calls back to back, next to torch's FlashAttention-2 and cuDNN backward.
 from __future__ import annotations
 
 from ...attention.baselines import backward_flops, torch_sdpa_backward
-from ...attention.ladders import normal_inputs, replace, with_kernel
+from ...attention.ladders import replace, with_kernel
 from ...spec import LadderStep, LadderTiming
+from .bench import inputs as bench_inputs
 
 EX = "14_backward_hopper"
 WHERE = "solutions/14_backward_hopper.py"
@@ -84,16 +85,9 @@ SAME_AS_SOLUTION: dict = {}
 
 # ---- Timing (GPU) -----------------------------------------------------------------------------------
 
-def timing_inputs(rt, params, solution) -> dict:
-    """q, k, v and dO float16 from a standard normal; o and lse from module 10's forward."""
-    x = normal_inputs(rt, params, names=("q", "k", "v", "do"))
-    x["o"], x["lse"] = solution("10_flash_hopper").flash_hopper(rt, x["q"], x["k"], x["v"], x["scale"])
-    return x
-
-
 TIMING = LadderTiming(
     shapes=[dict(B=2, H=16, Hkv=16, Nq=4096, Nk=4096, d=d, dtype="float16", causal=False) for d in (128, 64)],
-    inputs=timing_inputs,
+    inputs=bench_inputs,            # the bench's: q, k, v, dO normal, o and lse from module 10's forward
     flops=backward_flops,
     baselines=[("torch FA2", torch_sdpa_backward("FLASH_ATTENTION"), True),
                ("torch cuDNN", torch_sdpa_backward("CUDNN_ATTENTION"), True)],
