@@ -22,13 +22,14 @@ KERNEL = r"""
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
-// Compiled in from CONFIG by the launch code (-DWARPS=4 -DTILE_KEYS=16 -DSTAGES=3 -DUSE_BF16=1):
-//   WARPS      warps per block; each takes TILE_KEYS keys of every stage
-//   TILE_KEYS  keys per warp and stage (a multiple of 16: P V takes keys 16 at a time)
-//   STAGES     stages of the cp.async ring: STAGES - 1 are in flight while one is computed on
-//   USE_BF16   the element type of q, the pages and o: 0 float16, 1 bfloat16
-#if !defined(WARPS) || !defined(TILE_KEYS) || !defined(STAGES) || !defined(USE_BF16)
-#error "WARPS, TILE_KEYS, STAGES and USE_BF16 come from the Python launch code, passed to rt.compile as -D options"
+// Compiled in from CONFIG by the launch code (-DWARPS=4 -DTILE_KEYS=16 -DSTAGES=3 -DCOMBINE_WARPS=4 -DUSE_BF16=1):
+//   WARPS          warps per block; each takes TILE_KEYS keys of every stage
+//   TILE_KEYS      keys per warp and stage (a multiple of 16: P V takes keys 16 at a time)
+//   STAGES         stages of the cp.async ring: STAGES - 1 are in flight while one is computed on
+//   COMBINE_WARPS  warps of a combine block, each summing a share of the splits
+//   USE_BF16       the element type of q, the pages and o: 0 float16, 1 bfloat16
+#if !defined(WARPS) || !defined(TILE_KEYS) || !defined(STAGES) || !defined(COMBINE_WARPS) || !defined(USE_BF16)
+#error "WARPS, TILE_KEYS, STAGES, COMBINE_WARPS and USE_BF16 come from the Python launch code, passed to rt.compile as -D options"
 #endif
 constexpr int NTHREADS = WARPS * 32;
 constexpr int STAGE_KEYS = WARPS * TILE_KEYS;    // keys of one stage, warp w's are TILE_KEYS · w ..
@@ -218,27 +219,33 @@ decode_partial(const elem_t* __restrict__ q, const elem_t* __restrict__ k_pages,
     // TODO(4): merge the WARPS states of each row through shared memory (m_s, l_s, acc_s over the ring), then write row r's o and lse: the final ones in q's type when n_splits == 1, else o_part and lse_part of this split (a row that saw no key: o = 0, lse = -inf)
 }
 
-// Module 04's combine: one warp per row (b, token, head), over every split (an empty one wrote
-// lse = -inf, weight 0): o = Σ_s exp(lse_s - lse) o_s, lse = log Σ_s exp(lse_s), o in q's type.
+// Module 04's combine: a block of COMBINE_WARPS warps per row (b, token, head). Every split wrote the
+// row (an empty one o = 0 and lse = -inf: weight 0). Warp w sums the splits w, w + COMBINE_WARPS, ..,
+// each lane 4 features, and warp 0 adds the warps' sums: o = Σ_s exp(lse_s - lse) o_s, lse = log Σ_s
+// exp(lse_s), o in q's type. With 33 splits, one warp going through them one after another waited on
+// 33 loads in turn; four warps have a quarter of the waits each.
 extern "C" __global__ void decode_combine(const float* __restrict__ o_part, const float* __restrict__ lse_part,
                                           elem_t* __restrict__ o, float* __restrict__ lse, int d, int n_splits)
 {
     const size_t row = (size_t)blockIdx.y * gridDim.x + blockIdx.x;
-    const int lane = threadIdx.x;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const float* lse_s = lse_part + row * n_splits;
     const float4* o_s = reinterpret_cast<const float4*>(o_part + row * n_splits * d);
     elem2_t* o_row = reinterpret_cast<elem2_t*>(o + row * d);
     const bool active = 4 * lane < d;                  // lane owns features 4 lane .. 4 lane + 3
+    __shared__ float4 acc_s[COMBINE_WARPS][32];
+    __shared__ float total_s[COMBINE_WARPS];
 
-    // TODO(5): lse_max over the splits (lanes stride over them, then a butterfly); a row no split saw writes o = 0, lse = -inf; else weights exp(lse_s - lse_max), o = Σ w o_s / Σ w in q's type, lse = lse_max + log Σ w
+    // TODO(5): lse_max over all splits in every warp (lanes stride over them, then a butterfly); a row no split saw writes o = 0, lse = -inf; else warp w sums w = exp(lse_s - lse_max) and w · o_s over its splits, the warps' sums meet in acc_s and total_s, and warp 0 writes o = Σ w o_s / Σ w in q's type and lse = lse_max + log Σ w
 }
 """
 
 # The tuning constants, stated once: each build compiles KERNEL with them as -D options. Three stages of
 # 4 warps × 16 keys: 96 KB of ring, so two blocks share an SM, 4 stages in flight per SM; on an H200
 # (scripts/tune_decode_tc.py, 2026-11-28) it beat 2 and 4 stages (3 and 1 blocks per SM), 2 or 3 warps,
-# 8 warps and 32 keys per warp, at batch 1 (128k) and batch 64 (8k).
-CONFIG = dict(WARPS=4, TILE_KEYS=16, STAGES=3)
+# 8 warps and 32 keys per warp, at batch 1 (128k) and batch 64 (8k). Four combine warps instead of one took batch
+# 1, 32k from 52 to 47 µs of device time (H200, 2026-11-28).
+CONFIG = dict(WARPS=4, TILE_KEYS=16, STAGES=3, COMBINE_WARPS=4)
 MAX_ROW_TILES = 2               # 16-row MMA tiles per block: a group of more than 32 rows takes more blocks
 HEAD_DIMS = (64, 128)
 DTYPES = ("float16", "bfloat16")
@@ -340,5 +347,5 @@ def decode_tc(rt, q, k_pages, v_pages, block_table, context_lens, scale, dtype=N
              rt.int32(H), rt.int32(H_kv), rt.int32(max_pages), rt.int32(page_size), rt.int32(chunk),
              rt.float32(scale * LOG2E)), shared_mem=shared_bytes(d, row_tiles))
     if n_splits > 1:
-        combine((H, B * T), (32,), (o_part, lse_part, o, lse, rt.int32(d), rt.int32(n_splits)))
+        combine((H, B * T), (CONFIG["COMBINE_WARPS"] * 32,), (o_part, lse_part, o, lse, rt.int32(d), rt.int32(n_splits)))
     return o, lse

@@ -44,7 +44,7 @@ def main() -> int:
     if args.modules:
         return record_modules(args.modules, gpu, driver, Path(args.out))
     out = {"gpu": gpu, "driver": driver, "date": datetime.date.today().isoformat(), "versions": versions,
-           "command": "grader bench ID --solution --json (median of 20 runs, CUDA events)",
+           "command": "grader bench ID --solution --json (median of 20 runs' device time, CUDA events)",
            "peaks": None, "modules": {}}
     for ex in catalogue.EXERCISES:
         if ex.id in measured.MULTI_GPU:        # one process per GPU: `grader bench 12 --solution --json` on a machine

@@ -40,3 +40,17 @@ def test_the_ring_lesson_quotes_the_recorded_multi_gpu_figures():
     assert measured.update_ring_lesson(text) == text, (
         "modules/12_ring_attention.md: its measured block differs from grader/data/ring_bench.json; rewrite it "
         "with measured.update_ring_lesson")
+
+
+def test_each_lesson_says_how_its_figures_were_timed():
+    """Device time (bench.time_gpu records each contender's host time beside it) or one call from an
+    idle GPU (figures recorded before, with no host time): the lesson's paragraph says which."""
+    for ex in ONE_GPU:
+        rows = measured.cases(ex.id)
+        block = measured.lesson_block(ex.id)
+        if measured.device_timed(rows):
+            assert "Each time is the device's" in block, ex.id
+        else:
+            assert "one call from an idle GPU" in block, ex.id
+    fake = [{"results": {"yours": {"median_ms": 1.0, "host_ms": 0.1}, "other": {"error": "x"}}}]
+    assert measured.device_timed(fake) and not measured.device_timed([{"results": {"yours": {"median_ms": 1.0}}}])
