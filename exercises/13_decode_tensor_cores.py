@@ -114,12 +114,19 @@ __device__ __forceinline__ size_t kv_offset(int pos, int kv, int H_kv, int d)
     return ((size_t)pos * H_kv + kv) * d;
 }
 
-// Where key j of a sequence lives in the paged cache: the physical position page · page_size + slot,
-// through the sequence's row of the block table; -1 for a key at or past end, whose page may not
-// exist (the table holds -1 past a sequence's last page).
-__device__ __forceinline__ int physical_pos(const int* __restrict__ table_b, int j, int end, int page_size)
+// The page that holds key j of a sequence (table_b is its row of the block table), or -1 for a key at
+// or past end, whose page may not exist (the table holds -1 past a sequence's last page). A global
+// load: the warp waits for it where its value is first used, not here.
+__device__ __forceinline__ int page_of(const int* __restrict__ table_b, int j, int end, int page_size)
 {
-    // TODO(1): -1 for j >= end; else page = table_b[j / page_size], slot = j % page_size, and the position page · page_size + slot
+    return j < end ? table_b[j / page_size] : -1;
+}
+
+// Where key j lives in the paged cache, given its page: the physical position page · page_size + slot,
+// or -1 for a key with no page.
+__device__ __forceinline__ int physical_pos(int page, int j, int page_size)
+{
+    // TODO(1): -1 when page < 0; else slot = j % page_size, and the position page · page_size + slot
     return -1;
 }
 
@@ -212,7 +219,7 @@ decode_partial(const elem_t* __restrict__ q, const elem_t* __restrict__ k_pages,
             #pragma unroll
             for (int e = 0; e < 4; ++e) acc[mt][dt][e] = 0.0f;
     }
-    // TODO(2): the pipeline: positions of stages 0 .. STAGES - 1 into pos_s, __syncthreads, issue stages 0 .. STAGES - 2 (one commit each, even when empty); then per stage it: cp_async_wait<STAGES - 2>, __syncthreads, refill the slot of stage it - 1 with stage it + STAGES - 1 (commit), look up stage it + STAGES's positions, attend_tile to this warp's keys of stage it, and store those positions in the slot of stage it
+    // TODO(2): the pipeline: positions of stages 0 .. STAGES - 1 into pos_s, __syncthreads, issue stages 0 .. STAGES - 2 (one commit each, even when empty); then per stage it: cp_async_wait<STAGES - 2>, __syncthreads, refill the slot of stage it - 1 with stage it + STAGES - 1 (commit), load the pages of stage it + STAGES's keys, attend_tile to this warp's keys of stage it, and only then store their positions in the slot of stage it
     cp_async_wait<0>();
     __syncthreads();                        // the ring is free: it holds the warps' states now
 

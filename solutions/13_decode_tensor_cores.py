@@ -114,13 +114,20 @@ __device__ __forceinline__ size_t kv_offset(int pos, int kv, int H_kv, int d)
     return ((size_t)pos * H_kv + kv) * d;
 }
 
-// Where key j of a sequence lives in the paged cache: the physical position page · page_size + slot,
-// through the sequence's row of the block table; -1 for a key at or past end, whose page may not
-// exist (the table holds -1 past a sequence's last page).
-__device__ __forceinline__ int physical_pos(const int* __restrict__ table_b, int j, int end, int page_size)
+// The page that holds key j of a sequence (table_b is its row of the block table), or -1 for a key at
+// or past end, whose page may not exist (the table holds -1 past a sequence's last page). A global
+// load: the warp waits for it where its value is first used, not here.
+__device__ __forceinline__ int page_of(const int* __restrict__ table_b, int j, int end, int page_size)
 {
-    // BEGIN SOLUTION TODO(1): -1 for j >= end; else page = table_b[j / page_size], slot = j % page_size, and the position page · page_size + slot
-    return j < end ? table_b[j / page_size] * page_size + j % page_size : -1;
+    return j < end ? table_b[j / page_size] : -1;
+}
+
+// Where key j lives in the paged cache, given its page: the physical position page · page_size + slot,
+// or -1 for a key with no page.
+__device__ __forceinline__ int physical_pos(int page, int j, int page_size)
+{
+    // BEGIN SOLUTION TODO(1): -1 when page < 0; else slot = j % page_size, and the position page · page_size + slot
+    return page < 0 ? -1 : page * page_size + j % page_size;
     // STUB: return -1;
     // END SOLUTION
 }
@@ -292,9 +299,9 @@ decode_partial(const elem_t* __restrict__ q, const elem_t* __restrict__ k_pages,
             #pragma unroll
             for (int e = 0; e < 4; ++e) acc[mt][dt][e] = 0.0f;
     }
-    // BEGIN SOLUTION TODO(2): the pipeline: positions of stages 0 .. STAGES - 1 into pos_s, __syncthreads, issue stages 0 .. STAGES - 2 (one commit each, even when empty); then per stage it: cp_async_wait<STAGES - 2>, __syncthreads, refill the slot of stage it - 1 with stage it + STAGES - 1 (commit), look up stage it + STAGES's positions, attend_tile to this warp's keys of stage it, and store those positions in the slot of stage it
+    // BEGIN SOLUTION TODO(2): the pipeline: positions of stages 0 .. STAGES - 1 into pos_s, __syncthreads, issue stages 0 .. STAGES - 2 (one commit each, even when empty); then per stage it: cp_async_wait<STAGES - 2>, __syncthreads, refill the slot of stage it - 1 with stage it + STAGES - 1 (commit), load the pages of stage it + STAGES's keys, attend_tile to this warp's keys of stage it, and only then store their positions in the slot of stage it
     for (int i = tid; i < STAGES * STAGE_KEYS; i += NTHREADS)
-        pos_s[i / STAGE_KEYS][i % STAGE_KEYS] = physical_pos(table_b, start + i, end, page_size);
+        pos_s[i / STAGE_KEYS][i % STAGE_KEYS] = physical_pos(page_of(table_b, start + i, end, page_size), start + i, page_size);
     __syncthreads();
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < n_stages)
@@ -308,14 +315,15 @@ decode_partial(const elem_t* __restrict__ q, const elem_t* __restrict__ k_pages,
         if (next < n_stages)
             load_stage_async<D>(ring + (next % STAGES) * STAGE, pos_s[next % STAGES], k_pages, v_pages, kv, H_kv, tid);
         cp_async_commit();
-        // The positions of stage it + STAGES, issued in the next iteration: looked up now, stored after
-        // this stage's work, so the table's load is in flight meanwhile (the next barrier publishes them).
-        const int ahead = it + STAGES;
-        const int pos = tid < STAGE_KEYS ? physical_pos(table_b, start + ahead * STAGE_KEYS + tid, end, page_size) : -1;
+        // The positions of stage it + STAGES, issued in the next iteration: the page loaded now, used only
+        // after this stage's work, so the table's load is in flight meanwhile (the next barrier publishes
+        // the positions). Used at once, it held every stage up by a load's latency.
+        const int ahead = it + STAGES, j_ahead = start + ahead * STAGE_KEYS + tid;
+        const int page = tid < STAGE_KEYS ? page_of(table_b, j_ahead, end, page_size) : -1;
         const elem_t* k_t = ring + (it % STAGES) * STAGE + warp * TILE_KEYS * D;   // this warp's keys
         attend_tile<D, MT>(q_s, k_t, k_t + STAGE_KEYS * D, start + it * STAGE_KEYS + warp * TILE_KEYS,
                            end, ctx, T, G, row0, scale_log2, m, l, acc);
-        if (tid < STAGE_KEYS) pos_s[ahead % STAGES][tid] = pos;     // the slot of stage it, used up
+        if (tid < STAGE_KEYS) pos_s[ahead % STAGES][tid] = physical_pos(page, j_ahead, page_size);   // stage it's slot, used up
     }
     // END SOLUTION
     cp_async_wait<0>();

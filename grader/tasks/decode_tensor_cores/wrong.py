@@ -45,8 +45,8 @@ WRONG = [
     Wrong(EX, 'slot_assumes_page_size_16',
           'the slot inside a page is j & 15: right for page_size 16 only',
           edits=(
-              ('table_b[j / page_size] * page_size + j % page_size : -1;',
-               'table_b[j / page_size] * page_size + (j & 15) : -1;   // BUG: page_size 16 assumed'),
+              ('return page < 0 ? -1 : page * page_size + j % page_size;',
+               'return page < 0 ? -1 : page * page_size + (j & 15);   // BUG: page_size 16 assumed'),
           ),
           expect=('page_size', 'j % page_size'),
           cases=('gqa_16_page_size_32',),
