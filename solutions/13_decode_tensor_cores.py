@@ -102,7 +102,7 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N)); }
 
 // Tiles are [rows][D], chunk c (8 elements) of row r stored at position c ^ (r % 8): ldmatrix's 8 rows
-// then hit 8 different groups of banks (module 06, section 8).
+// then hit 8 different groups of banks (module 06, section 9).
 template <int D>
 __device__ __forceinline__ int swz(int row, int col) { return row * D + (((col / 8) ^ (row % 8)) * 8); }
 
@@ -299,7 +299,7 @@ decode_partial(const elem_t* __restrict__ q, const elem_t* __restrict__ k_pages,
             #pragma unroll
             for (int e = 0; e < 4; ++e) acc[mt][dt][e] = 0.0f;
     }
-    // BEGIN SOLUTION TODO(2): the pipeline: positions of stages 0 .. STAGES - 1 into pos_s, __syncthreads, issue stages 0 .. STAGES - 2 (one commit each, even when empty); then per stage it: cp_async_wait<STAGES - 2>, __syncthreads, refill the slot of stage it - 1 with stage it + STAGES - 1 (commit), load the pages of stage it + STAGES's keys, attend_tile to this warp's keys of stage it, and only then store their positions in the slot of stage it
+    // BEGIN SOLUTION TODO(2): the pipeline: positions of stages 0 .. STAGES - 1 into pos_s, __syncthreads, issue stages 0 .. STAGES - 2 (one commit each, even when empty); then per stage it: cp_async_wait<STAGES - 2>, __syncthreads, refill the slot of stage it - 1 with stage it + STAGES - 1 (commit), load the pages of stage it + STAGES's keys (threads tid < STAGE_KEYS, one key each), attend_tile to this warp's keys of stage it, and only then store their positions in the slot of stage it
     for (int i = tid; i < STAGES * STAGE_KEYS; i += NTHREADS)
         pos_s[i / STAGE_KEYS][i % STAGE_KEYS] = physical_pos(page_of(table_b, start + i, end, page_size), start + i, page_size);
     __syncthreads();
@@ -395,7 +395,7 @@ extern "C" __global__ void decode_combine(const float* __restrict__ o_part, cons
     __shared__ float4 acc_s[COMBINE_WARPS][32];
     __shared__ float total_s[COMBINE_WARPS];
 
-    // BEGIN SOLUTION TODO(5): lse_max over all splits in every warp (lanes stride over them, then a butterfly); a row no split saw writes o = 0, lse = -inf; else warp w sums w = exp(lse_s - lse_max) and w · o_s over its splits, the warps' sums meet in acc_s and total_s, and warp 0 writes o = Σ w o_s / Σ w in q's type and lse = lse_max + log Σ w
+    // BEGIN SOLUTION TODO(5): lse_max over all splits in every warp (lanes stride over them, then a butterfly); a row no split saw writes o = 0, lse = -inf; else each warp sums the weights exp(lse_s - lse_max) and the weighted o_s over its share of the splits, the warps' sums meet in acc_s and total_s, and warp 0 writes o = Σ w o_s / Σ w in q's type and lse = lse_max + log Σ w
     float lse_max = -INFINITY;
     for (int s = lane; s < n_splits; s += 32) lse_max = fmaxf(lse_max, lse_s[s]);
     for (int offset = 16; offset > 0; offset /= 2)
