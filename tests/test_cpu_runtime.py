@@ -611,6 +611,92 @@ def test_reading_shared_memory_nothing_wrote(rt):
     np.testing.assert_array_equal(out, np.full(64, 40, np.float32))
 
 
+TEMPLATE_SHARED = r"""
+template <int N>
+__global__ void reverse_tile(const float* __restrict__ x, float* __restrict__ y, int n)
+{
+    __shared__ float tile[N], spare[2];
+    __shared__ __align__(16) int index[N];
+    const int t = threadIdx.x;
+    // A cp.async into a template's __shared__ array: its address is in the shared window.
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, 4;"
+                 :: "r"((unsigned)__cvta_generic_to_shared(&tile[t])), "l"(x + t));
+    asm volatile("cp.async.wait_all;");
+    index[t] = N - 1 - t;
+    if (t < 2) spare[t] = 0.f;
+    __syncthreads();
+    if (t < n) y[t] = tile[index[t]] + spare[t % 2];
+}
+
+template <int N>
+__global__ void reverse_racy(const float* __restrict__ x, float* __restrict__ y)
+{
+    __shared__ float tile[N];
+    tile[threadIdx.x] = x[threadIdx.x];                       // @template_race_write
+    // BUG: no __syncthreads()
+    y[threadIdx.x] = tile[N - 1 - threadIdx.x];               // @template_race_read
+}
+
+template <int N>
+__global__ void reverse_unwritten(const float* __restrict__ x, float* __restrict__ y)
+{
+    __shared__ float tile[N];
+    if (threadIdx.x < N / 2) tile[threadIdx.x] = x[threadIdx.x];   // BUG: half the tile
+    __syncthreads();
+    y[threadIdx.x] = 2.f * tile[N - 1 - threadIdx.x];
+}
+"""
+
+
+def test_template_shared_arrays_are_shared_memory(rt):
+    """GCC drops the section of a static local in a template instantiation: the emulator places a
+    template's __shared__ arrays itself, so they are in the shared window (cp.async, cvta), poisoned at
+    every block, counted as static shared memory, and watched for races like any other."""
+    mod = rt.compile(TEMPLATE_SHARED, name_expressions=["reverse_tile<64>", "reverse_racy<64>",
+                                                        "reverse_unwritten<64>"])
+    x = np.arange(64, dtype=np.float32)
+    y = np.zeros(64, np.float32)
+    kern = mod.get_function("reverse_tile<64>")
+    for _ in range(2):                         # the slots stay where the first launch put them
+        kern((2,), (64,), (x, y, rt.int32(64)))
+        np.testing.assert_array_equal(y, x[::-1])
+    assert kern.attributes["shared_size_bytes"] >= 64 * 4 + 2 * 4 + 64 * 4
+    with pytest.raises(KernelFault) as e:
+        mod.get_function("reverse_racy<64>")((1,), (64,), (x, y))
+    msg = str(e.value)
+    assert "data race in block (0, 0, 0) on tile[" in msg and "(`__shared__ float tile[N]`)" in msg, msg
+    assert f"between the write (line {line_of('template_race_write')}) and the read" in msg, msg
+    with pytest.raises(KernelFault) as e:
+        mod.get_function("reverse_unwritten<64>")((1,), (64,), (x, y))
+    assert "no thread" in str(e.value) and "had written" in str(e.value), str(e.value)
+
+
+def test_a_cp_async_source_outside_every_array_is_named(rt):
+    """A cp.async whose source lies far from every array argument faults at its line, saying so (on a
+    GPU it reads garbage or faults later); one just past an array is an out-of-bounds read of it."""
+    src = r"""
+extern "C" __global__ void copy_far(const float* __restrict__ x, float* __restrict__ y, long far)
+{
+    __shared__ float tile[32];
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, 4;"            // @far_copy
+                 :: "r"((unsigned)__cvta_generic_to_shared(&tile[threadIdx.x])), "l"(x + threadIdx.x + far));
+    asm volatile("cp.async.wait_all;");
+    __syncthreads();
+    y[threadIdx.x] = tile[threadIdx.x];
+}
+"""
+    kern = rt.compile(src).get_function("copy_far")
+    x, y = np.ones(32, np.float32), np.zeros(32, np.float32)
+    kern((1,), (32,), (x, y, np.int64(0)))
+    np.testing.assert_array_equal(y, x)
+    with pytest.raises(KernelFault) as e:
+        kern((1,), (32,), (x, y, np.int64(1 << 30)))
+    assert "lies in none of the launch's arrays" in str(e.value), str(e.value)
+    with pytest.raises(KernelFault) as e:
+        kern((1,), (32,), (x, y, np.int64(8)))
+    assert "out-of-bounds read of argument 1 (float* x)" in str(e.value), str(e.value)   # the guard pages
+
+
 NEVER_WRITTEN = r"""
 extern "C" __global__ void never_written(unsigned* __restrict__ out)
 {

@@ -27,7 +27,11 @@ How a launch runs (csrc/emu_runtime.cpp):
     few instructions of x86-64 assembly (csrc/platform/x86_64.h; ucontext elsewhere, or with
     GRADER_CPU_UCONTEXT=1).
   - __shared__ variables are statics in a section of their own, dynamic shared memory is a
-    guarded buffer; both are filled with a signalling NaN at the start of every block.
+    guarded buffer; both are filled with a signalling NaN at the start of every block. GCC drops
+    the section of a static local in a template instantiation, so inside a template build.py turns
+    each __shared__ declaration into references to slots of an arena at the end of that section
+    (__cudaemu_template_shared), given out the first time a thread reaches it; the race finder
+    names a slot by its variable (races.py).
 
 Tensor-core semantics (csrc/emu/mma.h, wmma.h, async_copy.h, emu_runtime.cpp):
   - mma.sync, ldmatrix and WMMA's load_matrix_sync / mma_sync / store_matrix_sync are warp
@@ -59,7 +63,8 @@ Tensor-core semantics (csrc/emu/mma.h, wmma.h, async_copy.h, emu_runtime.cpp):
     0x40000, unmapped around both; ldmatrix and cp.async fault with the line on an address outside
     shared memory or misaligned (16 bytes for an ldmatrix row, the copy size for cp.async). The
     static part covers every kernel's __shared__ variables of the module, as they share a section.
-  - cp.async reads its source when issued (a bad source faults at its line), fills its destination
+  - cp.async reads its source when issued (a bad source faults at its line: near an array, as an
+    out-of-bounds read of it; far from every array, as an address in none of them), fills its destination
     with CUDAEMU_ASYNC_POISON32 (NaN as half, bfloat16 and float) and writes it when a wait of the
     issuing thread covers its group: wait_group N completes all but the N most recent committed
     groups, wait_all everything (uncommitted copies too); a thread's leftovers complete when it

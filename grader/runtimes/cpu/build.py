@@ -226,7 +226,86 @@ def transform(source: str) -> str:
     source = re.sub(r"\bstatic(\s+)__shared__\b", r"\1__shared__", source)
     source = re.sub(r"\b__shared__(\s+)alignas\s*\(\s*(\w+)\s*\)",
                     r"__shared__\1__attribute__((aligned(\2)))", source)
-    return source
+    return _template_shared(source)
+
+
+# `__shared__` is a static in a section of its own (csrc/emu/core.h), but GCC drops the section of a
+# static local in a template instantiation: such an array would be neither poisoned at each block
+# nor in the shared window of inline PTX, nor watched for races. Inside a template, each declaration
+# becomes references to slots of the runtime's arena in that section (__cudaemu_template_shared).
+_ALIGN = re.compile(r"__align__\s*\(\s*(\w+)\s*\)|alignas\s*\(\s*(\w+)\s*\)|"
+                    r"__attribute__\s*\(\(\s*aligned\s*\(\s*(\w+)\s*\)\s*\)\)")
+_DECLARATOR = re.compile(r"^\s*(\**)\s*([A-Za-z_]\w*)\s*((?:\[[^\]]*\]\s*)*)$")
+
+
+def _in_template(code: str, pos: int) -> bool:
+    """Whether offset ``pos`` lies in the body of a template (function or class)."""
+    depth, i = 0, pos - 1
+    while i >= 0:
+        c = code[i]
+        if c == "}":
+            depth += 1
+        elif c == "{":
+            if depth:
+                depth -= 1
+            else:                   # an enclosing brace: is its header a template's?
+                start = max(code.rfind(";", 0, i), code.rfind("}", 0, i), code.rfind("{", 0, i))
+                if re.search(r"\btemplate\s*<", code[start + 1:i]):
+                    return True
+        i -= 1
+    return False
+
+
+def _split_top(text: str) -> list[str]:
+    parts, depth, last = [], 0, 0
+    for i, c in enumerate(text):
+        if c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(text[last:i])
+            last = i + 1
+    return parts + [text[last:]]
+
+
+def _template_shared(source: str) -> str:
+    code = strip_code(source)
+    out, pos = [], 0
+    for n, m in enumerate(re.finditer(r"\b__shared__\b", code)):
+        end = code.find(";", m.end())
+        if end < 0 or not _in_template(code, m.start()):
+            continue
+        body = source[m.end():end]
+        align = [a for g in _ALIGN.findall(body) for a in g if a]
+        plain = _ALIGN.sub(" ", body)
+        first = re.match(r"\s*((?:[^\[,*&]*?\s)|(?:[^\[,]*?[*&]))\s*([A-Za-z_]\w*)\s*(?=\[|,|$)", plain)
+        if not first or "(" in plain or "=" in plain:
+            continue                # not a plain declaration of arrays or scalars: left as it was
+        ctype, rest = first.group(1), plain[first.end(1):]
+        pieces = [_DECLARATOR.match(p) for p in _split_top(rest)]
+        if not ctype.strip() or not all(pieces):
+            continue
+        repl = [f"static char __cudaemu_shkey{n}[{len(pieces)}];"]
+        for k, d in enumerate(pieces):
+            alias, name = f"__cudaemu_sh{n}_{k}", d.group(2)
+            repl.append(
+                f"using {alias} = {ctype.strip()} {d.group(1)}{d.group(3).strip()}; "
+                f"{alias}& {name} = *reinterpret_cast<{alias}*>(__cudaemu_template_shared("
+                f"&__cudaemu_shkey{n}[{k}], sizeof({alias}), "
+                f"{_alignment(alias, align)}, \"{name}\", __FILE__, __LINE__));")
+        out.append(source[pos:m.start()])
+        out.append(_same_lines(source[m.start():end + 1], " ".join(repl)))
+        pos = end + 1
+    out.append(source[pos:])
+    return "".join(out)
+
+
+def _alignment(alias: str, align: list[str]) -> str:
+    expr = f"alignof({alias})"
+    for a in align:
+        expr = f"((size_t)({a}) > {expr} ? (size_t)({a}) : {expr})"
+    return expr
 
 
 # ---------------------------------------------------------------------------------------------

@@ -132,9 +132,11 @@ def _describe_access(kernel, rec, args, arg_slot, bufs, smem, shared_mem) -> str
                     "indexes past its tiles or the launch asks for too little: compute "
                     "shared_mem from the same tile sizes the kernel uses.")
     if rec.kind == F_SEGV and rec.si_code == 128 and addr == 0:
-        return (f"invalid {rw}: most likely a misaligned vector access (a float4 / int4 "
-                "load or store needs an address that is a multiple of 16 bytes; "
-                "reinterpret_cast<float4*>(p + k) needs k to be a multiple of 4).")
+        return (f"invalid {rw}: the processor refused the address without reporting it. On "
+                "x86-64 that is either an address far outside every mapping (computed from a "
+                "garbage index, say one read from memory nothing wrote) or a 16-byte vector access "
+                "(float4 / int4) at an address that is not a multiple of 16 bytes "
+                "(reinterpret_cast<float4*>(p + k) needs k to be a multiple of 4).")
     if addr < 65536:
         return (f"{rw} through a null pointer (address {addr:#x}). A pointer argument "
                 "that is 0, or dynamic shared memory used with shared_mem=0?")

@@ -458,5 +458,20 @@ def _static_symbol(lib_path: str, addr: int):
     off = addr - info.dli_fbase
     for start, size, name in _symbols(lib_path):
         if start <= off < start + size:
+            if name == "template_shared":     # the arena of a template's __shared__ variables
+                return _template_slot(lib_path, off - start)
             return name, off - start, size
     return None
+
+
+def _template_slot(lib_path: str, off: int):
+    """(name, byte offset in it, its size) of the template __shared__ variable at byte ``off`` of the
+    runtime's arena (csrc/emu_runtime.cpp), as the library that ran gave out its slots."""
+    fn = ctypes.CDLL(lib_path).cudaemu_template_shared_slot
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64),
+                   ctypes.POINTER(ctypes.c_char_p)]
+    at, size, name = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_char_p()
+    if not fn(off, ctypes.byref(at), ctypes.byref(size), ctypes.byref(name)):
+        return None
+    return name.value.decode(), off - at.value, size.value

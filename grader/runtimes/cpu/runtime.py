@@ -184,10 +184,14 @@ class CpuModule:
         self._rt, self._built, self._sig, self.source = rt, built, signatures, source
         self._lib = load(built.path)
         self.student_file = student_file
-        self.static_shared_bytes = int(self._lib.cudaemu_static_shared_bytes())
         self._kernels: dict[str, CpuKernel] = {}
         self._options, self._names, self._counting = options, name_expressions, counting
         self._twin: CpuModule | None = None
+
+    @property
+    def static_shared_bytes(self) -> int:
+        """The module's static __shared__ bytes (a template's arrays count once a launch reached them)."""
+        return int(self._lib.cudaemu_static_shared_bytes())
 
     def counting_twin(self) -> "CpuModule":
         """The same module built for counting (every load and store logged: races.py names a race

@@ -42,6 +42,7 @@ struct CounterRow {   // one instruction (cudaemu_counters_rows), read by cpu/co
 };
 
 static int counting;
+static bool counters_active() { return counting != 0; }
 static int tracing;    // trace.h
 static void trace_global(int row, int arg, uintptr_t addr, unsigned size, int write);
 static void trace_outside(int row, uintptr_t addr, unsigned size, int write);

@@ -706,6 +706,41 @@ static bool in_dynamic(const char* p, size_t n) {
   return smem_dyn && p >= smem_dyn && p + n <= smem_dyn + smem_dyn_bytes;
 }
 
+// __shared__ variables of template functions. GCC ignores the section attribute of a static local
+// in a template instantiation (it lands in .bss), so build.py rewrites each such declaration into a
+// reference to a slot of this arena: it lies in the section like every other __shared__ variable
+// (poisoned at the start of each block, in the shared window of inline PTX, watched for races). A
+// slot is given to each (instantiation, declaration) the first time a thread reaches it, and keeps
+// it; the arena's unused part is not counted as static shared memory.
+static const size_t STATIC_SHARED_LIMIT = 48 * 1024;
+// 16-byte aligned (not more), so that the padding before it, which counts as the kernel's static
+// shared memory, stays under 16 bytes; a slot that asks for more is aligned by its address.
+__attribute__((section("cuda_shared"), aligned(16))) static char template_shared[STATIC_SHARED_LIMIT];
+static size_t template_shared_used;
+static const int TEMPLATE_SHARED_SLOTS = 256;
+struct TemplateSlot { const void* key; size_t at, bytes; const char* name; };
+static TemplateSlot template_slots[TEMPLATE_SHARED_SLOTS];
+static int template_slots_n;
+
+// Where the block's static shared memory ends: the arena comes last in the section (the kernel's
+// object is linked before the runtime's), and only its slots given out so far count.
+static bool arena_is_last() {
+  // Compared as integers the compiler cannot see through: as pointers to two different objects,
+  // GCC folds the comparison to false.
+  uintptr_t arena_end = (uintptr_t)(template_shared + STATIC_SHARED_LIMIT);
+  uintptr_t section_end = (uintptr_t)__stop_cuda_shared;
+  asm volatile("" : "+r"(arena_end), "+r"(section_end));
+  return arena_end == section_end;
+}
+
+static char* static_shared_end() {
+  return arena_is_last() ? template_shared + template_shared_used : __stop_cuda_shared;
+}
+
+static size_t static_shared_bytes() {
+  return __start_cuda_shared ? (size_t)(static_shared_end() - __start_cuda_shared) : 0;
+}
+
 static const char* describe_window(char* buf, size_t n) {
   int k = 0;
   if (smem_static_lo && smem_static_hi > smem_static_lo)
@@ -740,6 +775,47 @@ extern "C" HIDDEN uint64_t __cudaemu_shared_addr(const void* p, const char* file
             "does not point into this block's shared memory (%s). Only the address of a __shared__ "
             "variable or of extern __shared__ memory has a shared-window address.",
             cur->linear & 31, p, describe_window(win, sizeof win));
+}
+
+static void poison(void* p, size_t n);
+static bool counters_active();   // counters.h
+
+extern "C" HIDDEN void* __cudaemu_template_shared(const void* key, size_t bytes, size_t align,
+                                                  const char* name, const char* file, int line) {
+  for (int i = 0; i < template_slots_n; ++i)
+    if (template_slots[i].key == key) return template_shared + template_slots[i].at;
+  uintptr_t base = (uintptr_t)template_shared;
+  size_t at = (size_t)((base + template_shared_used + align - 1) / align * align - base);
+  size_t before = (size_t)(template_shared - __start_cuda_shared);   // the other static variables
+  if (!arena_is_last())
+    ptx_fault(F_SETUP, file, line,
+              "the arena for the __shared__ variables of templates is not at the end of the "
+              "cuda_shared section (the host compiler or linker placed it elsewhere): a bug of the "
+              "CPU emulator with this compiler. Run on a GPU (--backend gpu), or declare %s in "
+              "extern __shared__ memory.", name);
+  if (template_slots_n == TEMPLATE_SHARED_SLOTS || before + at + bytes > STATIC_SHARED_LIMIT)
+    ptx_fault(F_PTX, file, line,
+              "__shared__ %s takes %zu bytes, and with the static __shared__ variables before it "
+              "(%zu bytes) that is over the %zu bytes (48 KB) of static shared memory a block may "
+              "have. Use smaller tiles, or dynamic shared memory (extern __shared__, sized at the "
+              "launch).", name, bytes, before + template_shared_used, STATIC_SHARED_LIMIT);
+  template_slots[template_slots_n++] = {key, at, bytes, name};
+  template_shared_used = at + bytes;
+  poison(template_shared + at, bytes);                         // as if the block had started with it
+  if (smem_static_lo) smem_static_hi = static_shared_end();    // a launch under way sees it at once
+  return template_shared + at;
+}
+
+// For the race finder (races.py): the variable at byte `off` of the arena, or 0.
+EXPORT int cudaemu_template_shared_slot(uint64_t off, uint64_t* at, uint64_t* bytes, const char** name) {
+  for (int i = 0; i < template_slots_n; ++i)
+    if (off >= template_slots[i].at && off < template_slots[i].at + template_slots[i].bytes) {
+      *at = template_slots[i].at;
+      *bytes = template_slots[i].bytes;
+      *name = template_slots[i].name;
+      return 1;
+    }
+  return 0;
 }
 
 static char* shared_host(uint64_t a, size_t n) {
@@ -984,9 +1060,30 @@ extern "C" HIDDEN void __cudaemu_cp_async(uint64_t dst, const void* src, int siz
     ptx_fault(F_PTX, file, line,
               "%s: lane %d copies from %p, which is shared memory; cp.async copies from global "
               "memory (a kernel argument) to shared memory.", what, cur->linear & 31, src);
+  // A source far from every array argument (not a __device__ variable either) is named here: near
+  // one, the guard pages around the launch's buffers fault, and the fault says which and how far.
+  // Not checked in a counting run (races.py hands over only the arrays of 4-byte elements then).
+  if (src_size > 0 && !counters_active()) {
+    int arg;
+    int64_t off;
+    uint64_t bytes;
+    int where = __cudaemu_locate(src, (uint64_t)src_size, &arg, &off, &bytes);
+    bool near = false;
+    for (int i = 0; i < n_array_args && where == MEM_UNKNOWN; ++i) {
+      uintptr_t c = (uintptr_t)src;
+      near |= c + 65536 >= array_args[i].lo && c < array_args[i].hi + 65536;
+    }
+    if ((where == MEM_UNKNOWN && !near) || where == MEM_LOCAL)
+      ptx_fault(F_PTX, file, line,
+                "%s: lane %d copies from the address %p, which lies in none of the launch's "
+                "arrays%s. Check every value the source address is computed from (an index read "
+                "from memory too: shared memory that no thread wrote yet holds garbage on a GPU, "
+                "and a signalling-NaN bit pattern here).", what, cur->linear & 31, src,
+                where == MEM_LOCAL ? " (it is on a thread's stack)" : "");
+  }
   AsyncCopy c;
   memset(&c, 0, sizeof c);
-  if (src_size > 0) memcpy(c.data, src, (size_t)src_size);  // a bad source faults here
+  if (src_size > 0) memcpy(c.data, src, (size_t)src_size);
   if (src_size > 0) trace_copy(src, (unsigned)src_size, line);
   c.dst = d;
   c.file = file;
@@ -1292,14 +1389,15 @@ EXPORT int cudaemu_launch(void (*entry)(void**), void** args, const uint32_t* gr
     free(perm);
     return -1;
   }
-  size_t static_bytes = (size_t)(__stop_cuda_shared - __start_cuda_shared);
-  // The shared window of inline PTX, and a cp.async counter per 16 bytes of it.
+  // The shared window of inline PTX, and a cp.async counter per 16 bytes of it: the whole arena of
+  // template __shared__ variables (its slots are given out as the threads reach them).
+  size_t static_bytes = __start_cuda_shared ? (size_t)(__stop_cuda_shared - __start_cuda_shared) : 0;
   smem_static_lo = static_bytes ? __start_cuda_shared : nullptr;
-  smem_static_hi = static_bytes ? __stop_cuda_shared : nullptr;
+  smem_static_hi = static_bytes ? static_shared_end() : nullptr;
   smem_static_origin = (uintptr_t)smem_static_lo & ~(uintptr_t)127;
   smem_dyn = dyn_bytes ? (char*)dyn_smem : nullptr;
   smem_dyn_bytes = dyn_bytes;
-  pending_static_n = static_bytes ? ((uintptr_t)smem_static_hi - smem_static_origin + 15) / 16 : 0;
+  pending_static_n = static_bytes ? ((uintptr_t)__stop_cuda_shared - smem_static_origin + 15) / 16 : 0;
   pending_n = pending_static_n + (dyn_bytes + 15) / 16;
   if (pending_n > pending_cap) {
     free(pending);
@@ -1321,7 +1419,7 @@ EXPORT int cudaemu_launch(void (*entry)(void**), void** args, const uint32_t* gr
     int64_t id = blocks ? blocks[b] : b;
     blockIdx = {(unsigned)(id % grid[0]), (unsigned)((id / grid[0]) % grid[1]),
                 (unsigned)(id / ((int64_t)grid[0] * grid[1]))};
-    if (static_bytes) poison(__start_cuda_shared, static_bytes);
+    if (static_bytes) poison(__start_cuda_shared, static_shared_bytes());
     if (dyn_bytes) poison(dyn_smem, dyn_bytes);
     if (order == 2) {
       for (int i = nthreads - 1; i > 0; --i) {
@@ -1342,9 +1440,7 @@ EXPORT int cudaemu_launch(void (*entry)(void**), void** args, const uint32_t* gr
   return rc;
 }
 
-EXPORT uint64_t cudaemu_static_shared_bytes() {
-  return (uint64_t)(__stop_cuda_shared - __start_cuda_shared);
-}
+EXPORT uint64_t cudaemu_static_shared_bytes() { return (uint64_t)static_shared_bytes(); }
 
 EXPORT uint64_t cudaemu_float_atomics() { return __cudaemu_float_atomics; }
 

@@ -75,7 +75,7 @@ static void trace_outside(int row, uintptr_t addr, unsigned size, int write) {
 // A store to shared memory: its offset in the window (static bytes first, then dynamic).
 static void trace_shared_write(int row, const char* c, unsigned size) {
   if (!tracing || row < 0 || !cur) return;
-  size_t static_bytes = (size_t)(__stop_cuda_shared - __start_cuda_shared);
+  size_t static_bytes = static_shared_bytes();
   uintptr_t off = in_static(c, size) ? (uintptr_t)(c - __start_cuda_shared)
                                      : (uintptr_t)static_bytes + (uintptr_t)(c - smem_dyn);
   trace_add(-1, off, size, 1, (uint32_t)row);
@@ -87,7 +87,7 @@ static void trace_block_start() { trace_epoch = 0; }
 static void trace_barrier(int line) {
   if (!tracing) return;
   ++trace_epoch;
-  size_t static_bytes = (size_t)(__stop_cuda_shared - __start_cuda_shared);
+  size_t static_bytes = static_shared_bytes();
   size_t bytes = static_bytes + (smem_dyn ? smem_dyn_bytes : 0);
   if (trace_cut || snap_used + bytes > SNAP_LIMIT) { trace_cut = 1; return; }
   if (snap_n == snap_cap) {

@@ -26,6 +26,9 @@ __CUDAEMU_HIDDEN void __cudaemu_spin_yield(const char* file, int line);
 __CUDAEMU_HIDDEN int __cudaemu_printf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 __CUDAEMU_HIDDEN __attribute__((noreturn)) void __cudaemu_fault(int kind, const char* what,
                                                                 const char* file, int line);
+// A __shared__ variable of a template (build.py rewrites its declaration): its slot in the section.
+__CUDAEMU_HIDDEN void* __cudaemu_template_shared(const void* key, size_t bytes, size_t align,
+                                                 const char* name, const char* file, int line);
 
 // Inline PTX (ptx.h, mma.h, async_copy.h): the block's shared window, warp-wide instructions,
 // asynchronous copies.
