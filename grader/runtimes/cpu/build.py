@@ -256,19 +256,6 @@ def _in_template(code: str, pos: int) -> bool:
     return False
 
 
-def _split_top(text: str) -> list[str]:
-    parts, depth, last = [], 0, 0
-    for i, c in enumerate(text):
-        if c in "([":
-            depth += 1
-        elif c in ")]":
-            depth -= 1
-        elif c == "," and depth == 0:
-            parts.append(text[last:i])
-            last = i + 1
-    return parts + [text[last:]]
-
-
 def _template_shared(source: str) -> str:
     code = strip_code(source)
     out, pos = [], 0
@@ -283,7 +270,7 @@ def _template_shared(source: str) -> str:
         if not first or "(" in plain or "=" in plain:
             continue                # not a plain declaration of arrays or scalars: left as it was
         ctype, rest = first.group(1), plain[first.end(1):]
-        pieces = [_DECLARATOR.match(p) for p in _split_top(rest)]
+        pieces = [_DECLARATOR.match(rest[lo:hi]) for lo, hi in _ptx._split_top(rest, 0, len(rest), ",")]
         if not ctype.strip() or not all(pieces):
             continue
         repl = [f"static char __cudaemu_shkey{n}[{len(pieces)}];"]
