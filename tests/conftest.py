@@ -21,6 +21,9 @@ def gpu_available() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:                    # one xdist worker builds the site, once, for all its readers
+        if "built_site" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("site"))
     if gpu_available():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CuPy; none is visible here")
