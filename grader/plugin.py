@@ -207,15 +207,16 @@ class CheckRun:
         return result
 
     def _trace_divergence(self, rt) -> None:
-        """When no replay reproduced the first failing case, trace it (shrunk, where a smaller shape
-        was found) and the finished version on the emulator, and send where they first part
-        (engine/diverge.py) to the parent, which adds it when the check states no cause."""
+        """Trace the first failing case (shrunk, where a smaller shape was found) and the finished
+        version on the emulator, and send where they first part (engine/diverge.py) to the parent,
+        which adds it to the case's message: the place, with its line, beside the cause a replay
+        states, or alone where none does."""
         import copy
         from .engine.verdict import settle
-        trial = copy.deepcopy(self.results)      # the verdict the parent will settle on: traced only
-        settle(trial)                            # where it states no cause
+        trial = copy.deepcopy(self.results)      # the verdict the parent will settle on: which case
+        settle(trial)                            # it reports first, and with which cause
         first = next((r for r in trial if not r.passed and r.kind != "not_run"), None)
-        if first is None or first.cause or not self.trace:
+        if first is None or not self.trace:
             return
         blocks = first.kind == "error" and "depends on the order in which the blocks run" in first.message
         if first.kind != "checked" and not blocks and not (first.kind == "error" and "out-of-bounds" in first.message):
@@ -223,7 +224,7 @@ class CheckRun:
         from .runtimes.cpu.build import find_compiler
         if find_compiler() is None:
             return
-        from .engine.diverge import blocks_overlap, first_divergence
+        from .engine.diverge import NO_SOLUTION, blocks_overlap, first_divergence
         from .spec import Case
         shrunk = first.shrunk if isinstance(first.shrunk, dict) and first.shrunk.get("kind") == first.kind else None
         case = Case("custom", shrunk["params"]) if shrunk else Case(first.name, first.params)
@@ -237,6 +238,8 @@ class CheckRun:
             import traceback
             text = ("(the grader failed while tracing the first divergence — a bug in the grader, please "
                     f"report it: {''.join(traceback.format_exception_only(e)).strip()})")
+        if text == NO_SOLUTION and first.cause:
+            return                                # the cause stands alone; "not traced" adds nothing
         if text:
             self.emit(event="divergence", case=first.name, text=text,
                       shape=shrunk.get("shape") if shrunk else None)

@@ -130,3 +130,16 @@ def test_a_gpu_failure_with_no_cause_takes_the_emulators_cause(tmp_path):
     assert r.cause == "grid:scores_xy_swapped" and not r.passed
     assert "the same case on the CPU emulator (seed 7)" in r.message and "likely cause:" in r.message
     assert "no replayed bug reproduces" not in r.message
+
+
+@pytest.mark.slow
+def test_a_bug_a_replay_names_also_gets_its_place(tmp_path):
+    # lse without the running max: a replay states the cause in words ("lse:no_max"); the first
+    # divergence adds where: the store of lse, with its line.
+    f, line = planted(tmp_path, "lse[(size_t)(b * H + h) * n_q + i] = (m[r] + log2f(l_row)) * M_LN2_F;",
+                      "lse[(size_t)(b * H + h) * n_q + i] = log2f(l_row) * M_LN2_F;", "lse_no_max.py")
+    case = first_failure(f, "tiny")
+    assert case["cause"] == "lse:no_max", case["message"]
+    said = case["divergence"]
+    assert said and f"line {line}" in said, case["message"]
+    assert "likely cause:" in case["message"] and f"line {line}" in case["message"], case["message"]

@@ -463,10 +463,11 @@ def _named_on_emulator(r: CaseResult, report: dict, seed: int) -> str | None:
 
 
 def add_divergence(ordered: list[CaseResult], ev: dict | None) -> None:
-    """The child's first divergence (engine/diverge.py), an observation of the first failing case,
-    where the check states no cause."""
+    """The child's first divergence (engine/diverge.py), an observation of the first failing case: the
+    place, with its line, whether or not a replay states the cause (a cause in words says what the
+    code computes, not where)."""
     first = next((r for r in ordered if not r.passed and r.kind != "not_run"), None)
-    if ev is None or first is None or first.name != ev["case"] or first.cause:
+    if ev is None or first is None or first.name != ev["case"]:
         return
     where = f" (on the smallest failing shape, {ev['shape']})" if ev.get("shape") else ""
     text = ev["text"]
