@@ -143,3 +143,39 @@ def test_a_bug_a_replay_names_also_gets_its_place(tmp_path):
     said = case["divergence"]
     assert said and f"line {line}" in said, case["message"]
     assert "likely cause:" in case["message"] and f"line {line}" in case["message"], case["message"]
+
+
+@pytest.mark.slow
+def test_a_thread_that_stops_early_is_placed_at_its_reads(tmp_path):
+    # The edge test against n_q instead of n_k: with Nq < Nk, the threads of keys past Nq read no
+    # element of k. The observation names the line where the launch's other threads read k.
+    ex = catalogue.resolve("00")
+    f, guard = planted(tmp_path, "if (i >= n_q || j >= n_k) return;", "if (i >= n_q || j >= n_q) return;",
+                       "key_bound.py", ex)
+    read = next(i for i, t in enumerate(f.read_text().splitlines(), 1) if "dot += q_i[c] * k_j[c]" in t)
+    case = first_failure(f, "tiny", ex)
+    said = case["divergence"]
+    assert said and "stops after" in said and f"line {read}" in said, case["message"]
+
+
+@pytest.mark.slow
+def test_a_grid_unlike_the_finished_versions_is_placed_at_its_launch(tmp_path):
+    ex = catalogue.resolve("00")
+    f, _ = planted(tmp_path, "output_grid = (cdiv(d, 16), cdiv(n_q, 16), B * H)",
+                   "output_grid = (cdiv(d, 16), cdiv(n_q, 16), B * H_kv)", "grid_z.py", ex)
+    launch = next(i for i, t in enumerate(f.read_text().splitlines(), 1) if "output(output_grid, block2d" in t)
+    case = first_failure(f, "gqa_4_to_1", ex)
+    said = case["divergence"]
+    assert said and "runs grid" in said and f"launched at line {launch}" in said, case["message"]
+
+
+def test_arrays_only_one_version_passes_are_left_out_and_said():
+    from grader.runtimes.cpu.trace import LaunchTrace, _slot_pairs, _unseen
+    mine = LaunchTrace("k", (1, 1, 1), (32, 1, 1), [("q", (4,), 4), ("o", (4,), 4)], None, {}, False,
+                       maps=("k_map",))
+    theirs = LaunchTrace("k", (1, 1, 1), (32, 1, 1), [("q", (4,), 4), ("work", (1,), 4), ("o", (4,), 4)],
+                         None, {}, False)
+    assert _slot_pairs(mine, theirs) == [(0, 0), (1, 2)]
+    said = _unseen(mine, theirs)
+    assert "work" in said and "k_map" in said, said
+    assert _slot_pairs(mine, mine) == [(0, 0), (1, 1)] and _unseen(theirs, theirs) == ""

@@ -38,6 +38,9 @@ class LaunchTrace:
     snap_data: np.ndarray = None   # their bytes
     student: str = ""
     final: dict = None             # array slot -> its contents after the launch (the arrays it wrote)
+    launched: str = ""             # where the student's file launched it: "line N `...`", or ""
+    stack: tuple = ()              # (file, line, text) of the Python frames of the launch, outermost first
+    maps: tuple = ()               # its tensor-map parameters: what TMA copies through them is not traced
 
 
 def take(kernel, lib, args, arg_slot, grid, block, views=None) -> LaunchTrace:
@@ -83,7 +86,25 @@ def take(kernel, lib, args, arg_slot, grid, block, views=None) -> LaunchTrace:
     written = {int(x) for x in np.unique(recs["arg"][recs["write"] == 1]) if x >= 0}
     final = {slot: np.array(views[slot]) for slot in written} if views is not None else {}
     return LaunchTrace(kernel.name, tuple(grid), tuple(block), arrays, recs, lines,
-                       bool(lib.cudaemu_trace_cut()), snaps, data, student, final)
+                       bool(lib.cudaemu_trace_cut()), snaps, data, student, final, "", _python_stack(),
+                       tuple(p.name for p in kernel.params if "TensorMap" in p.ctype))
+
+
+def _python_stack() -> tuple:
+    import traceback
+    return tuple((f.filename, f.lineno, (f.line or "").strip()) for f in traceback.extract_stack())
+
+
+def launch_site(stack: tuple, student: str) -> str:
+    """The line of the student's file whose call launched the kernel (its innermost frame there), and
+    the line that called that one, where the launch is in a helper of the same file."""
+    import os
+    if not student:
+        return ""
+    want = os.path.realpath(student)
+    mine = [(n, t) for f, n, t in reversed(stack) if os.path.realpath(f) == want][:2]
+    said = [f"line {n}" + (f" `{t}`" if t else "") for n, t in mine]
+    return said[0] + (f" (called from {said[1]})" if len(said) > 1 else "") if said else ""
 
 
 def _elements(recs: np.ndarray, itemsize: int) -> tuple[np.ndarray, np.ndarray]:
@@ -131,6 +152,20 @@ def _where(lines: dict, w: int) -> str:
     place = lines.get(int(w), "?")
     shown = place.rsplit("/", 1)[-1]
     return f"line {shown.rsplit(':', 1)[-1]}{_source(place)}" if place != "?" else "a line the emulator could not find"
+
+
+def _stopped_at(a: LaunchTrace, ra: np.ndarray, blk: int, thread: int, name: str, verb: str) -> str:
+    """Where a thread that stops short of the finished version's accesses of an array last made one:
+    the line of its last such access, else the first line at which any thread of the launch makes one
+    (the loop or guard that ends it early is at or above that line). ra: the launch's records of the
+    array, reads or writes as `verb` says."""
+    mine = ra[(ra["block"] == blk) & (ra["thread"] == thread)]
+    if len(mine):
+        return f"; its last {verb[:-1]} of {name} is at {_where(a.lines, mine['where'][-1])}"
+    if len(ra):
+        return f"; the launch's other threads {verb[:-1]} {name} at {_where(a.lines, ra['where'][0])}"
+    at = f" (launched at {a.launched})" if a.launched else ""
+    return f"; no thread of this launch{at} {verb} any element of {name}"
 
 
 def itemsize_of(t: LaunchTrace, slot: int) -> int:
@@ -226,7 +261,7 @@ def _first_shared_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace])
             barrier = f"line {int(r['line'])}" + _source(f"{a.student}:{int(r['line'])}")
             return (f"first divergence from the finished version, traced on the emulator: in {which}, block "
                     f"{_block_coords(blk, a.grid)} reads and writes the same global elements as the finished "
-                    f"version's, but at its {_nth(k - 1)} __syncthreads() ({barrier}) its shared memory differs "
+                    f"version's{_unseen(a, b)}, but at its {_nth(k - 1)} __syncthreads() ({barrier}) its shared memory differs "
                     f"in {len(bad)} of {len(x)} words: {region} holds {_val(x[w])} where the finished "
                     f"version's holds {_val(y[w])}{wrote}.")
     return None
@@ -238,6 +273,26 @@ def _stores_at(recs: np.ndarray, slot: int, byte: int) -> np.ndarray:
                 & (recs["off"] + recs["size"] > byte)]
 
 
+def _unseen(a: LaunchTrace, b: LaunchTrace) -> str:
+    """What the comparison of a launch's accesses did not see, said after "the same global elements"."""
+    said = []
+    if a.maps:
+        said.append(f"what TMA copies through {', '.join(a.maps)}")
+    only = sorted({x[0] for x in a.arrays} ^ {x[0] for x in b.arrays})
+    if only and [x[1:] for x in a.arrays] != [x[1:] for x in b.arrays]:
+        said.append(f"arrays only one version passes ({', '.join(only)})")
+    return f" (not traced: {'; '.join(said)})" if said else ""
+
+
+def _slot_pairs(a: LaunchTrace, b: LaunchTrace) -> list:
+    """(slot in a, slot in b) of the arrays both launches pass: slot for slot where their shapes and
+    item sizes agree; else the arrays of the same name, shape and item size (a submission that passes
+    one array more or fewer than the finished version is still compared on the others)."""
+    if [x[1:] for x in a.arrays] == [x[1:] for x in b.arrays]:
+        return [(i, i) for i in range(len(a.arrays))]
+    return [(i, j) for i, x in enumerate(a.arrays) for j, y in enumerate(b.arrays) if x == y]
+
+
 def _first_value_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) -> str | None:
     """Where reads, writes and shared memory all agree: the first stored element whose value differs,
     the store that wrote it, and the barrier before it (the values part in registers after it, or in
@@ -246,8 +301,10 @@ def _first_value_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) 
         which = f"launch {i} ({a.kernel})" if len(mine) > 1 or len(theirs) > 1 else a.kernel
         if not a.final or not b.final or a.grid != b.grid or a.block != b.block:
             continue
-        for slot in sorted(set(a.final) & set(b.final)):
-            x, y = a.final[slot], b.final[slot]
+        for slot, slot_b in _slot_pairs(a, b):
+            if slot not in a.final or slot_b not in b.final:
+                continue
+            x, y = a.final[slot], b.final[slot_b]
             if x.shape != y.shape or x.dtype.kind != "f":
                 continue
             xf, yf = x.astype(np.float64).ravel(), y.astype(np.float64).ravel()
@@ -265,7 +322,7 @@ def _first_value_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) 
                 return None
             last = w[-1]
             blk, epoch = int(last["block"]), int(last["epoch"])
-            wb = _stores_at(b.records, slot, byte)
+            wb = _stores_at(b.records, slot_b, byte)
             other = ""
             if len(wb) and (int(wb[-1]["thread"]), int(wb[-1]["block"])) != (int(last["thread"]), blk):
                 other = (f" (in the finished version, thread {int(wb[-1]['thread'])} of block "
@@ -277,13 +334,15 @@ def _first_value_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) 
                     ln = int(at[0]["line"])
                     before = (f", after its {_nth(epoch - 1)} __syncthreads() (line {ln}"
                               f"{_source(f'{a.student}:{ln}')})")
+            copies = (f", or in what TMA copies through {', '.join(a.maps)} (which the trace does not see)"
+                      if a.maps else "")
             return (f"first divergence from the finished version, traced on the emulator: in {which}, every block "
-                    "reads and writes the same global elements as the finished version's, and its shared memory "
-                    "holds the same values at every __syncthreads(); the first stored value that differs, "
+                    f"reads and writes the same global elements as the finished version's{_unseen(a, b)}, and its "
+                    "shared memory holds the same values at every __syncthreads(); the first stored value that differs, "
                     f"{describe(name, shape, np.array([e]))} = {_val(xf[e])} (the finished version stores "
                     f"{_val(yf[e])}), is stored at {_where(a.lines, last['where'])} by thread {int(last['thread'])} "
                     f"of block {_block_coords(blk, a.grid)}{before}{other}. So the values part in registers: in what that "
-                    "thread computes before the store, or in values it keeps in registers across the barriers.")
+                    f"thread computes before the store, or in values it keeps in registers across the barriers{copies}.")
     return None
 
 
@@ -335,18 +394,21 @@ def first_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace], partial
     for i, (a, b) in enumerate(zip(mine, theirs), 1):
         which = f"launch {i} ({a.kernel})" if len(mine) > 1 or len(theirs) > 1 else a.kernel
         if a.grid != b.grid or a.block != b.block:
-            return (f"{which} runs grid {a.grid} with blocks {a.block}, where the finished version's "
+            at = f", launched at {a.launched}," if a.launched else ""
+            return (f"{which}{at} runs grid {a.grid} with blocks {a.block}, where the finished version's "
                     f"runs grid {b.grid} with blocks {b.block}: its blocks cannot be compared one by one.")
         if a.cut or b.cut:
             return None
-        if [x[1:] for x in a.arrays] != [x[1:] for x in b.arrays]:
+        pairs = _slot_pairs(a, b)
+        if not pairs:
             return None
         found = []
         for write, verb in ((0, "reads"), (1, "writes")):
-            for slot, (name, shape, itemsize) in enumerate(a.arrays):
+            for slot, slot_b in pairs:
+                name, shape, itemsize = a.arrays[slot]
                 nelem = int(np.prod(shape)) if shape else 1
                 ra = a.records[(a.records["arg"] == slot) & (a.records["write"] == write)]
-                rb = b.records[(b.records["arg"] == slot) & (b.records["write"] == write)]
+                rb = b.records[(b.records["arg"] == slot_b) & (b.records["write"] == write)]
                 ka, pa = _keyed(ra, itemsize, nelem)
                 kb, _ = _keyed(rb, itemsize, nelem)
                 extra = np.setdiff1d(ka, kb, assume_unique=True)
@@ -366,7 +428,7 @@ def first_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace], partial
             lo, hi = blk * nelem, (blk + 1) * nelem
             ex = extra[(extra >= lo) & (extra < hi)]
             mi = missing[(missing >= lo) & (missing < hi)]
-            rb = b.records[(b.records["arg"] == slot) & (b.records["write"] == write)]
+            rb = b.records[(b.records["arg"] == dict(pairs)[slot]) & (b.records["write"] == write)]
             step = _first_step(ra[ra["block"] == blk], rb[rb["block"] == blk], itemsize_of(a, slot))
             part = []
             if len(ex):
@@ -383,7 +445,7 @@ def first_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace], partial
                 if mine_e is None:
                     part.append(f"(thread {thread} stops after {k} {verb1}(s) of elements of {name}, where the "
                                 f"finished version's thread {thread} goes on to {verb1} "
-                                f"{describe(name, shape, np.array([their_e]))})")
+                                f"{describe(name, shape, np.array([their_e]))}{_stopped_at(a, ra, blk, thread, name, verb)})")
                 elif their_e is None:
                     part.append(f"(thread {thread}'s {nth} {verb1} of an element of {name} is "
                                 f"{describe(name, shape, np.array([mine_e]))}{at}, after the finished "
