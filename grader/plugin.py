@@ -198,9 +198,14 @@ class CheckRun:
         if self.events is not None and len(self.results) == len(self.cases):
             # The last case: the passing ones say which replays they refute; the parent settles.
             from .engine.verdict import refute
-            for r in refute(self.results):
-                self.emit(event="refuted", case=r.name, ids=r.refuted)
-            self._trace_divergence(rt)
+            try:
+                for r in refute(self.results):
+                    self.emit(event="refuted", case=r.name, ids=r.refuted)
+                self._trace_divergence(rt)
+            except Exception as e:    # the cases' verdicts are sent; what follows them failed: loudly
+                import traceback
+                self._fatal("the grader itself failed after the last case (a bug in the grader; please report "
+                            "it with this message):\n" + "".join(traceback.format_exception(e, limit=-4)).rstrip())
         resources = getattr(rt, "resources", None)
         if resources:
             self.emit(event="resources", resources={k: dict(v) for k, v in resources.items()})

@@ -179,3 +179,17 @@ def test_arrays_only_one_version_passes_are_left_out_and_said():
     said = _unseen(mine, theirs)
     assert "work" in said and "k_map" in said, said
     assert _slot_pairs(mine, mine) == [(0, 0), (1, 1)] and _unseen(theirs, theirs) == ""
+
+
+@pytest.mark.slow
+def test_varlen_gets_its_place_past_its_refused_inputs(tmp_path):
+    # Module 07's last cases pass by refusing broken offsets (no o, no lse). Asking them which replays
+    # they refute raised a KeyError in the check's child after its last case, so no 07 check ever
+    # traced its first divergence.
+    ex = catalogue.resolve("07")
+    f, _ = planted(tmp_path, "const int kv_end = causal ? min(n_k, q_last + offset + 1) : n_k;",
+                   "const int kv_end = causal ? min(n_k, q_last + 1) : n_k;", "kv_end.py", ex)
+    report = run_check(ex, f, "cpu", 7)
+    first = next(c for c in report["cases"] if not c["passed"])
+    assert first["divergence"] and "first divergence" in first["divergence"], first["message"]
+    assert all(c["passed"] for c in report["cases"] if c["name"].startswith("bad_")), report["cases"]
