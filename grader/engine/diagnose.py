@@ -219,6 +219,9 @@ def unwritten_pattern(name: str, unwritten: np.ndarray) -> str:
     return ""
 
 
+MISPLACED_ROWS_LOOKED = 256     # wrong rows compared with every row (each costs rows × d)
+
+
 def misplaced_rows(name: str, got: np.ndarray, want: np.ndarray, tol: float) -> str | None:
     """Wrong rows that each hold another row's right answer (same batch entry and head)."""
     if got.ndim < 2 or not np.isfinite(got).all():
@@ -226,20 +229,23 @@ def misplaced_rows(name: str, got: np.ndarray, want: np.ndarray, tol: float) -> 
     g = got.reshape(-1, *got.shape[-2:])
     w = np.where(np.isfinite(want), want, 0.0).reshape(g.shape)
     scale = max(float(np.abs(w).max(initial=0)), 1e-30)
-    found, bad = [], 0
+    found, bad, looked = [], 0, 0
     for blk in range(g.shape[0]):
-        err = np.abs(g[blk][:, None, :] - w[blk][None, :, :]).max(axis=-1) / scale   # [row, other row]
-        for i in np.flatnonzero(err[np.arange(len(err)), np.arange(len(err))] > tol):
-            bad += 1
-            others = [int(j) for j in np.flatnonzero(err[i] <= tol) if j != i]
+        wrong = np.flatnonzero(np.abs(g[blk] - w[blk]).max(axis=-1) / scale > tol)
+        bad += len(wrong)
+        for i in wrong[:max(0, MISPLACED_ROWS_LOOKED - looked)]:   # one row at a time: memory rows × d
+            looked += 1
+            err = np.abs(w[blk] - g[blk][i]).max(axis=-1) / scale
+            others = [int(j) for j in np.flatnonzero(err <= tol) if j != i]
             if others:
                 found.append((blk, int(i), others[0]))
-    if not bad or len(found) < 0.75 * bad:
+    if not bad or len(found) < 0.75 * looked:
         return None
     blk, i, j = found[0]
     lead = np.unravel_index(blk, got.shape[:-2]) if got.ndim > 2 else ()
     where = ", ".join(str(int(x)) for x in (*lead, i))
-    return (f"{len(found)} of the {bad} wrong rows of {name} each hold another row's right answer "
+    which = f"the {bad}" if looked == bad else f"the first {looked} (of {bad})"
+    return (f"{len(found)} of {which} wrong rows of {name} each hold another row's right answer "
             f"({name}[{where}] is row {j}'s).")
 
 
