@@ -43,12 +43,10 @@ def _student_lines(traces: list, path: str | None) -> None:
     """The student's lines, with their text (addr2line gives the file's base name only)."""
     if not path:
         return
-    from ..runtimes.cpu.trace import launch_site
     base = Path(path).name
     for t in traces:
         t.lines = {w: path + p[len(base):] if p.startswith(base + ":") else p for w, p in t.lines.items()}
         t.student = path
-        t.launched = launch_site(t.stack, path)
 
 
 def first_divergence(ex: Exercise, fn, case: Case, seed: int) -> str | None:

@@ -392,7 +392,9 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     ctx = dg.Context(ex, case.params, inputs, ref, out, cmps, config if isinstance(config, dict) else {})
     if not failing:
         res.passed = True
-        if sum(np.size(v) for v in out.values()) <= RIGHT_CASE_ELEMENTS:
+        # A case whose verdict the task made itself (a refused input: no o, no lse) refutes no replay.
+        if sum(np.size(v) for v in out.values()) <= RIGHT_CASE_ELEMENTS and \
+                not set(out) & set(getattr(task, "TASK_MADE", ())):
             res.contradicted = lambda budget_s: _replays_wrong_where_right(task, ctx, budget_s)
         return res
     c = failing[0]

@@ -38,7 +38,6 @@ class LaunchTrace:
     snap_data: np.ndarray = None   # their bytes
     student: str = ""
     final: dict = None             # array slot -> its contents after the launch (the arrays it wrote)
-    launched: str = ""             # where the student's file launched it: "line N `...`", or ""
     stack: tuple = ()              # (file, line, text) of the Python frames of the launch, outermost first
     maps: tuple = ()               # its tensor-map parameters: what TMA copies through them is not traced
 
@@ -86,7 +85,7 @@ def take(kernel, lib, args, arg_slot, grid, block, views=None) -> LaunchTrace:
     written = {int(x) for x in np.unique(recs["arg"][recs["write"] == 1]) if x >= 0}
     final = {slot: np.array(views[slot]) for slot in written} if views is not None else {}
     return LaunchTrace(kernel.name, tuple(grid), tuple(block), arrays, recs, lines,
-                       bool(lib.cudaemu_trace_cut()), snaps, data, student, final, "", _python_stack(),
+                       bool(lib.cudaemu_trace_cut()), snaps, data, student, final, _python_stack(),
                        tuple(p.name for p in kernel.params if "TensorMap" in p.ctype))
 
 
@@ -95,14 +94,14 @@ def _python_stack() -> tuple:
     return tuple((f.filename, f.lineno, (f.line or "").strip()) for f in traceback.extract_stack())
 
 
-def launch_site(stack: tuple, student: str) -> str:
+def launch_site(a: LaunchTrace) -> str:
     """The line of the student's file whose call launched the kernel (its innermost frame there), and
     the line that called that one, where the launch is in a helper of the same file."""
     import os
-    if not student:
+    if not a.student:
         return ""
-    want = os.path.realpath(student)
-    mine = [(n, t) for f, n, t in reversed(stack) if os.path.realpath(f) == want][:2]
+    want = os.path.realpath(a.student)
+    mine = [(n, t) for f, n, t in reversed(a.stack) if os.path.realpath(f) == want][:2]
     said = [f"line {n}" + (f" `{t}`" if t else "") for n, t in mine]
     return said[0] + (f" (called from {said[1]})" if len(said) > 1 else "") if said else ""
 
@@ -164,7 +163,7 @@ def _stopped_at(a: LaunchTrace, ra: np.ndarray, blk: int, thread: int, name: str
         return f"; its last {verb[:-1]} of {name} is at {_where(a.lines, mine['where'][-1])}"
     if len(ra):
         return f"; the launch's other threads {verb[:-1]} {name} at {_where(a.lines, ra['where'][0])}"
-    at = f" (launched at {a.launched})" if a.launched else ""
+    at = f" (launched at {launch_site(a)})" if launch_site(a) else ""
     return f"; no thread of this launch{at} {verb} any element of {name}"
 
 
@@ -334,8 +333,7 @@ def _first_value_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) 
                     ln = int(at[0]["line"])
                     before = (f", after its {_nth(epoch - 1)} __syncthreads() (line {ln}"
                               f"{_source(f'{a.student}:{ln}')})")
-            copies = (f", or in what TMA copies through {', '.join(a.maps)} (which the trace does not see)"
-                      if a.maps else "")
+            copies = f", or in what TMA copies through {', '.join(a.maps)}" if a.maps else ""
             return (f"first divergence from the finished version, traced on the emulator: in {which}, every block "
                     f"reads and writes the same global elements as the finished version's{_unseen(a, b)}, and its "
                     "shared memory holds the same values at every __syncthreads(); the first stored value that differs, "
@@ -394,7 +392,7 @@ def first_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace], partial
     for i, (a, b) in enumerate(zip(mine, theirs), 1):
         which = f"launch {i} ({a.kernel})" if len(mine) > 1 or len(theirs) > 1 else a.kernel
         if a.grid != b.grid or a.block != b.block:
-            at = f", launched at {a.launched}," if a.launched else ""
+            at = f", launched at {launch_site(a)}," if launch_site(a) else ""
             return (f"{which}{at} runs grid {a.grid} with blocks {a.block}, where the finished version's "
                     f"runs grid {b.grid} with blocks {b.block}: its blocks cannot be compared one by one.")
         if a.cut or b.cut:
