@@ -251,7 +251,8 @@ class CheckRun:
 
     def _run_case(self, case, fn, rt) -> CaseResult:
         keep: dict = {}
-        result = run_case(self.ex, case, fn, rt, self.seed, self.path, keep=keep)
+        result = run_case(self.ex, case, fn, rt, self.seed, self.path, keep=keep,
+                          on_explain=lambda: self.emit(event="explore", case=case.name))
         if result.kind == "error" and (any(tag in result.message for tag in _STICKY) or not rt.healthy()):
             return self._crashed(case, result.message.splitlines()[0])
         elif result.kind == "compile_error":

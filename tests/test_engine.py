@@ -1,5 +1,6 @@
 """The check engine survives what a student's code can do: crash, hang, raise, corrupt inputs."""
 import json
+import re
 
 import pytest
 
@@ -9,6 +10,19 @@ from grader.engine.check import run_check
 
 EX = catalogue.resolve("00_naive_attention")
 CASES = ["one_query_one_key", "tiny"]
+
+
+KEY_LOOP = "for (int j = 0; j < n_k; ++j) acc += "     # module 00's output kernel, its loop over keys
+
+
+def edited_solution(tmp_path, name, loop):
+    """Module 00's solution with its loop over keys replaced by `loop`, written to tmp_path/name."""
+    from grader import paths
+    text = paths.committed_text(paths.solution_file(EX.id))
+    assert KEY_LOOP in text, "the output kernel's loop over keys changed: update this test's edit"
+    path = tmp_path / name
+    path.write_text(text.replace(KEY_LOOP, loop, 1))
+    return path
 
 
 def write(tmp_path, body):
@@ -46,14 +60,9 @@ def test_an_endless_kernel_is_reported_with_its_line_after_the_earlier_verdicts(
     import threading
     import time
 
-    from grader import paths
-    text = paths.committed_text(paths.solution_file(EX.id))
-    loop = "for (int j = 0; j < n_k; ++j) acc += "
-    assert loop in text, "the output kernel's loop over keys changed: update this test's edit"
     # The bound never grows once n_q > 1: one_query_one_key (Nq=1) passes, tiny (Nq=3) hangs.
     endless = "for (int j = 0; j < n_k; j += (n_q > 1 ? 0 : 1)) acc += "
-    hang = tmp_path / "hang.py"
-    hang.write_text(text.replace(loop, endless, 1))
+    hang = edited_solution(tmp_path, "hang.py", endless)
     line = next(i for i, t in enumerate(hang.read_text().splitlines(), 1) if endless in t)
     env = dict(os.environ, GRADER_STATE_DIR=str(tmp_path / "state"), PYTHONUNBUFFERED="1")
     t0 = time.monotonic()
@@ -392,3 +401,53 @@ def test_a_check_none_of_whose_cases_ran_does_not_pass(tmp_path):
     report = run_check(EX, _refusing_solution(tmp_path, "True"), "cpu", 1, cases=CASES)
     assert all(c["kind"] == "not_run" for c in report["cases"])
     assert not report["passed"]
+
+
+def test_a_diagnosis_stops_at_its_budget_inside_one_item():
+    """One item of a diagnosis can run many replays (module 10's 13400-row case: over 30 s in one):
+    the replays spend the search's budget as they go, and the search ends there, incomplete."""
+    import time
+
+    from grader.engine.verdict import search, spend
+
+    def endless_replays():
+        while True:
+            spend()
+        yield                                             # never reached: a generator all the same
+
+    t0 = time.process_time()
+    causes, seen, complete = search(endless_replays(), budget_s=0.2)
+    assert (causes, seen, complete) == ([], [], False)
+    assert time.process_time() - t0 < 2.0
+    spend()                                               # outside a search nothing is spent
+
+
+@pytest.mark.slow
+def test_a_later_hang_leaves_the_first_failure_its_traced_line(tmp_path, monkeypatch):
+    """The first failure's divergence is traced after the last case; a later case that hangs stops the
+    child before that, so the first failing case is run again alone for its trace."""
+    monkeypatch.delenv("GRADER_TRACE")                    # tests/conftest.py turns tracing off
+    # tiny (Nq = 3) leaves out its last key; below_tile (Nq = 17) never ends.
+    path = edited_solution(tmp_path, "late_hang.py", "for (int j = 0; j < n_k - 1; j += (n_q > 10 ? 0 : 1)) acc += ")
+    report = run_check(EX, path, "cpu", 1, case_timeout=3, cases=["tiny", "below_tile"])
+    first, second = report["cases"]
+    assert first["kind"] == "checked" and second["kind"] == "timeout"
+    assert "first divergence" in first["message"] and re.search(r"\(launched at line \d+ `", first["message"]), \
+        first["message"]
+
+
+def test_the_grader_explaining_a_failure_is_not_the_kernels_time(tmp_path):
+    """A failing case tells the parent when its kernel is done and the explanation starts (an
+    "explore" event), so that the replays' time is never reported as a kernel that did not finish."""
+    from grader import paths
+    from grader.engine.runner import load_exercise_function, run_case
+    from grader.runtimes import get_runtime
+    from grader.tasks import load_task
+    wrong = edited_solution(tmp_path, "wrong.py", "for (int j = 0; j < n_k - 1; ++j) acc += ")
+    case = next(c for c in load_task(EX).CASES if c.name == "tiny")
+    rt = get_runtime("cpu")
+    for path, told in ((paths.solution_file(EX.id), []), (wrong, ["explaining"])):
+        calls = []
+        result = run_case(EX, case, load_exercise_function(EX, path), rt, 1, path,
+                          on_explain=lambda: calls.append("explaining"))
+        assert calls == told and result.passed == (not told)

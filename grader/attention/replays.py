@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from ..engine.verdict import spend
 from ..runtimes.base import is_poison
 
 from . import lowp, references as R
@@ -58,6 +59,7 @@ def attend(s, v, visible=None):
     """Softmax over the visible scores, then P V -> (o, lse). A weight whose exponent lies below
     float32's range is 0, as in a kernel: a row's max far above its other scores (a padded key of
     score 0 beside scores near -150) leaves them no weight at all."""
+    spend()
     p, lse = R.masked_softmax(s, visible)
     s = np.asarray(s, np.float64) if visible is None else np.where(visible, s, -np.inf)
     with np.errstate(invalid="ignore"):
@@ -156,6 +158,7 @@ def matches(ctx, o=None, lse=None, **others) -> bool:
     """The student's output is close to the replayed bug in every output given (o, lse, or any other
     output by name), and not to the truth. An output that still holds the grader's NaN anywhere was
     not written there: no replay computes that, so none matches it."""
+    spend()
     checks = [(name, alt) for name, alt in (("o", o), ("lse", lse), *others.items()) if alt is not None]
     if not checks:
         return False

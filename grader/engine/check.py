@@ -31,7 +31,7 @@ from .verdict import settle
 DEFAULT_CASE_TIMEOUT = {"gpu": 10.0, "cpu": 15.0}
 STARTUP_TIMEOUT = 120.0   # importing CuPy and creating the runtime can be slow (wall clock)
 COMPILE_TIMEOUT = 300.0   # one compile (NVRTC, then the host compiler on the CPU; wall clock)
-SHRINK_ALLOWANCE = 30.0   # looking for a smaller failing shape (runner.shrink's budget) after a failure
+SHRINK_ALLOWANCE = 30.0   # explaining a failure, or looking for a smaller failing shape (runner.shrink's budget)
 # A child that uses no CPU (blocked, or a GPU kernel waited on without spinning) is still stopped once
 # the wall clock passes this many times its CPU limit: far beyond what a loaded machine slows a case.
 WALL_FACTOR = 8.0
@@ -211,7 +211,7 @@ class _Watch:
         elif kind == "compiled" and self.compiling:
             self.compiling = False
             self._limit(now, self._left)           # compiling does not count against the case
-        elif kind == "explore":
+        elif kind == "explore":      # the kernel is done: the grader explains, shrinks or traces
             self._limit(now, SHRINK_ALLOWANCE + self.case_timeout)
         elif kind == "result":
             r = CaseResult(**ev["result"])
@@ -257,26 +257,14 @@ def _interrupt(proc: subprocess.Popen, reader: _EventReader, watch: _Watch, grac
         time.sleep(0.02)
 
 
-def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: float | None = None,
-              cases: list[str] | None = None, shape: dict | None = None, shrink: bool = True,
-              plot_dir: str | None = None, on_result=None, confirm: bool = True, provenance: bool = True) -> dict:
-    """Run every case of `ex` on the file at `path`; returns the JSON report of `grader check --json`.
-
-    On a GPU, a check that passes is confirmed on the emulator (`confirm_on_emulator`) unless
-    `confirm` is False. `provenance=False` lets outputs come from the launcher's own code (the
-    grader's tests of its comparisons use such launchers; runtimes/provenance.py).
-
-    `on_result(case)` is called with each case's JSON verdict as soon as it is known (for a report
-    that streams); the cases that never ran are only in the returned report.
-    """
-    all_cases = select_cases(ex, cases, shape)       # a bad --case is a usage error, before any child
-    case_timeout = case_timeout or DEFAULT_CASE_TIMEOUT.get(backend, 15.0)
-    params = {c.name: dict(c.params) for c in all_cases}
+def _run_child(plugin: list[str], backend: str, case_timeout: float, params: dict, on_result):
+    """Run the plugin's cases in a child process under the time limits; returns the parent's watch
+    (verdicts, events), what a case left unrun is told, and whether the child ran to its end (False:
+    stopped at a time limit, or it died)."""
     not_run = "not run"
     with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
         events = Path(tmp) / "events.jsonl"
         events.touch()
-        plugin = plugin_args(ex, path, backend, seed, cases, shape, shrink, plot_dir, provenance)
         log = open(Path(tmp) / "worker.log", "w+")
         reader = _EventReader(events)
         proc = subprocess.Popen(child_command(plugin + ["--events", str(events)], Path(tmp)),
@@ -327,9 +315,29 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
                      "crashed it, for instance with an out-of-bounds access. The cases after it were "
                      "not run.\n" + worker_log.strip()[-1500:])))
         not_run = "not run: an earlier case crashed the process"
+    if watch.fatal is None and not watch.results and proc.returncode not in (0, 1):
+        watch.fatal = f"the grader's worker failed (exit code {proc.returncode}):\n{worker_log.strip()[-3000:]}"
+    return watch, not_run, proc.returncode in (0, 1)
+
+
+def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: float | None = None,
+              cases: list[str] | None = None, shape: dict | None = None, shrink: bool = True,
+              plot_dir: str | None = None, on_result=None, confirm: bool = True, provenance: bool = True) -> dict:
+    """Run every case of `ex` on the file at `path`; returns the JSON report of `grader check --json`.
+
+    On a GPU, a check that passes is confirmed on the emulator (`confirm_on_emulator`) unless
+    `confirm` is False. `provenance=False` lets outputs come from the launcher's own code (the
+    grader's tests of its comparisons use such launchers; runtimes/provenance.py).
+
+    `on_result(case)` is called with each case's JSON verdict as soon as it is known (for a report
+    that streams); the cases that never ran are only in the returned report.
+    """
+    all_cases = select_cases(ex, cases, shape)       # a bad --case is a usage error, before any child
+    case_timeout = case_timeout or DEFAULT_CASE_TIMEOUT.get(backend, 15.0)
+    params = {c.name: dict(c.params) for c in all_cases}
+    plugin = plugin_args(ex, path, backend, seed, cases, shape, shrink, plot_dir, provenance)
+    watch, not_run, finished = _run_child(plugin, backend, case_timeout, params, on_result)
     fatal = watch.fatal
-    if fatal is None and not watch.results and proc.returncode not in (0, 1):
-        fatal = f"the grader's worker failed (exit code {proc.returncode}):\n{worker_log.strip()[-3000:]}"
     ordered = []
     for c in all_cases:
         r = watch.results.get(c.name) or CaseResult(c.name, False, params=dict(c.params), kind="not_run",
@@ -338,7 +346,14 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
             r.params = dict(c.params)
         ordered.append(r)
     settle(ordered)          # the cause a check states: reproduced on every failing case (verdict.py)
-    add_divergence(ordered, watch.divergence)
+    divergence = watch.divergence
+    first = next((r for r in ordered if not r.passed and r.kind != "not_run"), None)
+    if not finished and divergence is None and first is not None and first.kind in ("checked", "error"):
+        # A later case hung or crashed, and the child was stopped before its last step, the trace of
+        # the first failure: that case alone, in a new child, gives it (its verdict is the one above).
+        plugin = plugin_args(ex, path, backend, seed, cases if shape else [first.name], shape, shrink, None, provenance)
+        divergence = _run_child(plugin, backend, case_timeout, {first.name: first.params}, None)[0].divergence
+    add_divergence(ordered, divergence)
     crashed = next((r for r in ordered if r.kind in ("crash", "timeout")), None)
     if crashed is not None and backend == "gpu":
         # A crash names no line on a GPU, and a time limit there proves no hang: the emulator decides,

@@ -291,8 +291,11 @@ def cited(message: str, path: Path) -> str:
     return message
 
 
-def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | None = None) -> CaseResult:
-    """Run one case. If `keep` is a dict, the inputs, reference and outputs are left in it."""
+def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | None = None,
+             on_explain=None) -> CaseResult:
+    """Run one case. If `keep` is a dict, the inputs, reference and outputs are left in it.
+    `on_explain()` is called when the kernel has failed and the grader starts explaining it: what
+    follows is the grader's time, not the kernel's (the parent's time limit is told)."""
     task = load_task(ex)
     res = CaseResult(case.name, False, params=dict(case.params))
     rng = case_rng(seed, case.name)
@@ -397,6 +400,8 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
                 not set(out) & set(getattr(task, "TASK_MADE", ())):
             res.contradicted = lambda budget_s: _replays_wrong_where_right(task, ctx, budget_s)
         return res
+    if on_explain is not None:
+        on_explain()
     c = failing[0]
     lines = [f"{c.name}: {c.reason}.", f"worst element: {c.where()}."]
     lines += [f"{o.name}: {o.reason}." for o in failing[1:]]

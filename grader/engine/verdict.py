@@ -31,22 +31,50 @@ SEARCH_BUDGET_S = 8.0      # replays per failing case; what is not searched by t
 PROBE_BUDGET_S = 6.0       # replays on the passing cases of one check, to withdraw the ones they refute
 
 
+class OverBudget(BaseException):
+    """Raised by `spend` inside a diagnosis whose search has used its budget (a BaseException, so
+    that no `except Exception` in a diagnosis takes it for a replay's failure)."""
+
+
+_deadline = float("inf")     # the running search's end, in this process's CPU time
+
+
+def spend() -> None:
+    """Called by the replays before each costly step (attention.replays.attend, matches): stops the
+    search that runs them once its budget is spent. A search checks its budget between the items a
+    diagnosis yields, but one item can run many replays: on module 10's 13400-row case, one took
+    over 30 s, and the case was reported as a kernel that did not finish."""
+    if time.process_time() > _deadline:
+        raise OverBudget
+
+
 def search(items: Iterable, budget_s: float = SEARCH_BUDGET_S, ctx=None) -> tuple[list[Cause], list[str], bool]:
     """Run a diagnosis generator to its end or its time budget: (causes in order, observations,
     complete). A replay family yields each id at most once (the first text is kept, unless it was
     a plain match and a telling one follows). A cause yielded right after a plain match of `ctx`
     (replays.matches) is marked plain."""
+    global _deadline
+    outer = _deadline
+    _deadline = min(outer, time.process_time() + budget_s)     # a search inside a search ends by the outer's end too
+    try:
+        return _search(items, ctx)
+    finally:
+        _deadline = outer
+
+
+def _search(items: Iterable, ctx) -> tuple[list[Cause], list[str], bool]:
     causes: list[Cause] = []
     seen: list[str] = []
-    t0 = time.process_time()
     it = iter(items)
     while True:
-        if time.process_time() - t0 > budget_s:
+        if time.process_time() > _deadline:
             return causes, seen, False
         try:
             item = next(it)
         except StopIteration:
             return causes, seen, True
+        except OverBudget:
+            return causes, seen, False
         plain = bool(getattr(ctx, "plain", False))
         if ctx is not None:
             ctx.plain = False
