@@ -185,6 +185,7 @@ class _Watch:
         self.interrupted = False                  # SIGINT sent: a timeout verdict gets its message here
         self.divergence: dict | None = None       # the child's trace of the first failing case
         self.idle = False                         # stopped by the wall clock while using little CPU
+        self.stalled = False                      # stopped after the last case, in the grader's own work
 
     def _limit(self, now: float, seconds: float) -> None:
         if self.cpu is None:
@@ -295,6 +296,9 @@ def _run_child(plugin: list[str], backend: str, case_timeout: float, params: dic
                                                     message=timeout_message(case_timeout, cpu=watch.cpu is not None,
                                                                             idle=watch.idle)))
                         not_run = "not run: an earlier case did not finish in time"
+                    elif watch.results:           # past the last case: the grader's own trace or probes
+                        _kill(proc)
+                        watch.stalled = True
                     else:
                         _kill(proc)
                         watch.fatal = f"the grader's worker did not start within {STARTUP_TIMEOUT:.0f} s."
@@ -348,7 +352,12 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
     settle(ordered)          # the cause a check states: reproduced on every failing case (verdict.py)
     divergence = watch.divergence
     first = next((r for r in ordered if not r.passed and r.kind != "not_run"), None)
-    if not finished and divergence is None and first is not None and first.kind in ("checked", "error"):
+    if watch.stalled and first is not None:
+        first.message = first.message.rstrip("\n") + (
+            "\n(after the last case, the grader's own work on this report (asking the passing cases "
+            "which replays they refute, then tracing this failure's first divergence) ran past its time "
+            "allowance and was stopped: the verdicts above stand, and no place was traced)")
+    elif not finished and divergence is None and first is not None and first.kind in ("checked", "error"):
         # A later case hung or crashed, and the child was stopped before its last step, the trace of
         # the first failure: that case alone, in a new child, gives it (its verdict is the one above).
         plugin = plugin_args(ex, path, backend, seed, cases if shape else [first.name], shape, shrink, None, provenance)
