@@ -451,3 +451,17 @@ def test_the_grader_explaining_a_failure_is_not_the_kernels_time(tmp_path):
         result = run_case(EX, case, load_exercise_function(EX, path), rt, 1, path,
                           on_explain=lambda: calls.append("explaining"))
         assert calls == told and result.passed == (not told)
+
+
+def test_the_next_todo_named_is_the_lowest_number_left_not_the_first_in_the_file(monkeypatch):
+    """In module 14's file TODO(7)'s code comes before TODO(2)'s: a student who has written TODO(1)
+    is told TODO(2) next, and which TODOs are written."""
+    from grader import paths
+    from grader.engine import runner
+    ex = catalogue.resolve("14")
+    monkeypatch.setattr(runner, "untouched", lambda ex, path: [7, 2, 3, 4, 5, 6, 8])   # the stub's order
+    text = runner.not_implemented_message(ex, paths.exercise_file(ex.id))
+    assert "Next: TODO(2) (" in text and "then TODO(3), TODO(4), TODO(5), TODO(6), TODO(7), TODO(8)," in text
+    assert "checks what you wrote (TODO(1)) once they do" in text
+    monkeypatch.setattr(runner, "untouched", lambda ex, path: [1, 2, 3, 4, 5, 6, 7, 8])
+    assert "Fill in TODO(1) (" in runner.not_implemented_message(ex, paths.exercise_file(ex.id))

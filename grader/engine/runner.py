@@ -256,15 +256,19 @@ def not_implemented_message(ex: Exercise, path: Path) -> str:
         return head + (f"Every TODO has code after it {where} Check that your launch grid covers every "
                        "element and that the kernel really stores its results (the last TODOs store them).")
 
-    n = left[0] if left else 1
+    # The lowest number left, not the first in the file: a file's order need not be the lesson's (in
+    # module 14, TODO(7)'s code comes before TODO(2)'s).
+    left = sorted(left) if left else [1]
+    n = left[0]
     todo = f"TODO({n}) ({texts[n]})" if n in texts else f"TODO({n})"
-    if n == 1:
+    later = f"; then {', '.join(f'TODO({k})' for k in left[1:])}" if len(left) > 1 else ""
+    if n == 1 and len(left) == max(len(texts), 1):
         return head + (f"Fill in {todo} and the TODOs after it {where} The outputs are stored by the "
                        "last TODOs, so this message stays until those are done.")
-    done = "TODO(1)" if n == 2 else f"TODO(1) .. TODO({n - 1})"
-    return head + (f"Next: {todo}, which is still as the stub has it (nothing written after its comment), "
-                   f"and the TODOs after it {where} The outputs are stored by the last TODOs: the grader "
-                   f"can check your {done} only once those are done.")
+    done = [k for k in range(1, max(texts, default=n) + 1) if k not in left]
+    return head + (f"Next: {todo}, which is still as the stub has it (nothing written after its comment)"
+                   f"{later}, {where} Until those have code, nothing is stored: the grader checks what "
+                   f"you wrote ({', '.join(f'TODO({k})' for k in done)}) once they do.")
 
 
 def cited(message: str, path: Path) -> str:
