@@ -465,3 +465,19 @@ def test_the_next_todo_named_is_the_lowest_number_left_not_the_first_in_the_file
     assert "checks what you wrote (TODO(1)) once they do" in text
     monkeypatch.setattr(runner, "untouched", lambda ex, path: [1, 2, 3, 4, 5, 6, 7, 8])
     assert "Fill in TODO(1) (" in runner.not_implemented_message(ex, paths.exercise_file(ex.id))
+
+
+def test_a_failure_mid_way_names_the_todos_still_as_the_stub_has_them(tmp_path, monkeypatch):
+    """Module 14 with only TODO(1) written hangs at its correct wait for a release that TODO(6) makes:
+    the message says which TODOs are not written yet. A finished file gets no such note."""
+    from grader import paths
+    from grader.engine import runner
+    ex = catalogue.resolve("14")
+    monkeypatch.setattr(runner, "untouched", lambda ex, path: [7, 2, 3, 4, 5, 6, 8])
+    note = runner.todos_left(ex, paths.exercise_file(ex.id))
+    assert "still has TODO(2), TODO(3), TODO(4), TODO(5), TODO(6), TODO(7), TODO(8) as the stub has them" in note
+    monkeypatch.setattr(runner, "untouched", lambda ex, path: [])
+    assert runner.todos_left(ex, paths.solution_file(ex.id)) == ""
+    monkeypatch.undo()
+    wrong = edited_solution(tmp_path, "wrong.py", "for (int j = 0; j < n_k - 1; ++j) acc += ")
+    assert runner.untouched(EX, wrong) == [] and runner.todos_left(EX, wrong) == ""

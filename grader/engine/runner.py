@@ -243,6 +243,20 @@ def untouched(ex: Exercise, path: Path) -> list | None:
         return None
 
 
+def todos_left(ex: Exercise, path: Path) -> str:
+    """A failure of a file that still holds TODOs as the stub has them: which ones. Mid-way through a
+    module, what a case waits for or reads (a barrier's arrival, a stage's release, a stored value)
+    may be the work of a TODO not written yet; a message that names a line of written code as the
+    place says nothing of them otherwise."""
+    left = sorted(untouched(ex, path) or [])
+    if not left:
+        return ""
+    todos = ", ".join(f"TODO({k})" for k in left)
+    return (f"\nnote: your file still has {todos} as the stub has {'it' if len(left) == 1 else 'them'} "
+            "(nothing written after the comment): what this case waits for or reads may be the work of "
+            f"{'that TODO' if len(left) == 1 else 'one of them'}.")
+
+
 def not_implemented_message(ex: Exercise, path: Path) -> str:
     """No output element written: which TODO to fill in next, from the TODOs the file still holds as
     the stub has them (nothing written after the comment)."""
@@ -320,7 +334,7 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
         res.kind, res.message = "compile_error", compile_error_message(e)
         return res
     except (LaunchError, KernelFault) as e:
-        res.kind, res.message = "error", cited(str(e), path)
+        res.kind, res.message = "error", cited(str(e), path) + todos_left(ex, path)
         return res
     except CaseNotRunnable as e:         # this machine cannot run it (a case of more GPUs than it has)
         res.kind, res.message = "not_run", str(e)
@@ -429,7 +443,7 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
         lines.append("no replayed bug reproduces this error. On a GPU an out-of-bounds access or a missing "
                      "__syncthreads() can give wrong numbers silently: `--backend cpu` (the emulator) or "
                      "`--sanitize` (compute-sanitizer) names such a bug and its line.")
-    res.message = "\n".join(lines)
+    res.message = "\n".join(lines) + todos_left(ex, path)
     return res
 
 
