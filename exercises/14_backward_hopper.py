@@ -25,7 +25,7 @@ BLOCK_M, dq_acc = 0), flash_backward_hopper, and convert_dq (dq = scale · dq_ac
 is kept in the order the bulk reduction adds it: one contiguous 64 × 64 part per consumer and query
 tile, its rows swizzled as in shared memory; convert_dq reads it back in that order.
 Shared memory holds each tile as boxes of 64 features × rows, 128 bytes a row, in the 128-byte
-swizzle that TMA writes and wgmma reads (module 10, section 3).
+swizzle that TMA writes and wgmma reads (module 10, section 4).
 q, o, do [B, H, Nq, d]; k, v [B, Hkv, Nk, d]; float16, or bfloat16 as uint16 bits with
 dtype='bfloat16'; lse [B, H, Nq] float32 (natural log) from the forward.
 """

@@ -587,7 +587,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cpu: the emulator's counters and a roofline estimate instead of GPU timings")
     s.set_defaults(func=cmd_bench)
 
-    s = sub.add_parser("ladder", help="a module's speed ladder (06, 10, 11): its kernel one idea at a time, "
+    from .ladder import ladder_ids
+    s = sub.add_parser("ladder", help=f"a module's speed ladder ({', '.join(i[:2] for i in ladder_ids())}): "
+                                      "its kernel one idea at a time, "
                                       "each step checked, then timed on a GPU (on the CPU: checked only)")
     s.add_argument("id", help="exercise id, e.g. 06")
     s.add_argument("steps", nargs="*", type=int, metavar="STEP",

@@ -1,6 +1,6 @@
 """`grader ladder ID [STEP]`: a module's speed ladder, its kernel built one idea of the lesson at a time.
 
-A module with a ladder (06, 10 and 11) keeps it in grader/tasks/NAME/ladder.py: its steps, each a
+A module with a ladder (06, 10, 11 and 14) keeps it in grader/tasks/NAME/ladder.py: its steps, each a
 complete kernel built from the solution's own code (the last step is the solution itself), the cases
 that check them and how they are timed. This command checks every step (or step STEP alone) on the
 module's own cases with the grader's machinery (engine/runner.run_case: the float64 reference, the
