@@ -193,3 +193,24 @@ def test_varlen_gets_its_place_past_its_refused_inputs(tmp_path):
     first = next(c for c in report["cases"] if not c["passed"])
     assert first["divergence"] and "first divergence" in first["divergence"], first["message"]
     assert all(c["passed"] for c in report["cases"] if c["name"].startswith("bad_")), report["cases"]
+
+
+@pytest.mark.slow
+def test_a_gpu_pass_runs_the_cases_this_machine_has_too_few_gpus_for_on_the_emulator(tmp_path):
+    """Module 12 on one GPU runs only its one-rank case: a race between a rank's streams (the compute
+    stream not waiting for the receive) passed there. The emulator plays every rank, and its verdict
+    on the cases the GPU could not run is the check's."""
+    from grader.engine.check import confirm_on_emulator
+    from grader.engine.runner import NOT_RUN_HERE, CaseResult, select_cases
+    ex = catalogue.resolve("12_ring_attention")
+    f, _ = planted(tmp_path, "    ring.compute.wait_event(arrived)\n", "\n", "no_wait.py", ex)
+    cases = select_cases(ex, ["one_rank", "two_ranks"], None)
+    ordered = [CaseResult(c.name, c.params["P"] == 1, params=dict(c.params),
+                          kind="checked" if c.params["P"] == 1 else "not_run",
+                          message="" if c.params["P"] == 1 else NOT_RUN_HERE + "this case runs 2 ranks")
+               for c in cases]
+    note = confirm_on_emulator(ex, f, 7, ordered, None, None)
+    one, two = ordered
+    assert one.passed and not two.passed and two.kind != "not_run", two
+    assert two.message.startswith("run on the CPU emulator, which plays every rank"), two.message
+    assert "two_ranks" in note and "too few GPUs" in note

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..catalogue import Exercise
 from ..errors import GraderError
-from .runner import CaseResult, select_cases
+from .runner import NOT_RUN_HERE, CaseResult, select_cases
 from .verdict import settle
 
 # Seconds of CPU time a case may use, compiling excluded (the child reports when it compiles). Time is
@@ -427,8 +427,12 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
     if find_compiler() is None:
         return (f"{unchecked}: it needs a C++ compiler, which this machine lacks. `grader check {ex.id} "
                 "--backend cpu` on a machine with one, or `--sanitize` (compute-sanitizer) here, checks that.")
+    # The cases this machine could not run (module 12's, of more ranks than it has GPUs): the emulator
+    # plays every rank, and its verdict on them is the check's (a race between a rank's streams, that
+    # one GPU never showed, passed otherwise).
+    unrun = [r for r in ordered if r.kind == "not_run" and r.message.startswith(NOT_RUN_HERE)]
     if failing is None:
-        names = [r.name for r in confirmation_cases(ordered) if r.kind != "not_run"]
+        names = [r.name for r in confirmation_cases(ordered) if r.kind != "not_run"] + [r.name for r in unrun]
     else:
         # Every case the GPU ran: a cause is settled on all the failing ones, as the CPU's check does,
         # so the emulator can only add what a check on the CPU would state (never a cause that fewer
@@ -443,13 +447,18 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
         return f"{unchecked}: the emulator could not run it ({e})."
     if report.get("error"):
         return f"{unchecked}: the emulator could not run it ({report['error'].splitlines()[0]})."
-    fault = next((c for c in report["cases"] if not c["passed"] and c["kind"] in ("error", "crash", "timeout")), None)
+    emulated = _emulated_here(unrun, report) if failing is None else None
+    fault = next((c for c in report["cases"] if not c["passed"] and c["kind"] in ("error", "crash", "timeout")
+                  and c["name"] not in {r.name for r in unrun}), None)
+    if emulated:
+        return emulated
     if fault is None and failing is not None:
         return _named_on_emulator(ordered[failing], report, seed)
     if fault is None:
         shown = len([c for c in report["cases"] if c["passed"]])
+        also = f", and the {len(unrun)} this machine has too few GPUs for" if unrun else ""
         return (f"confirmed on the CPU emulator on {shown} case(s), the smallest and the smallest of each head "
-                f"dim, dtype and masking (seed {seed}): no data race "
+                f"dim, dtype and masking{also} (seed {seed}): no data race "
                 "between a block's threads and no out-of-bounds access was found there.")
     r = next(r for r in ordered if r.name == fault["name"])
     was = "passes on the GPU" if r.passed else "gives wrong numbers on the GPU"
@@ -459,6 +468,28 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
                  f"reruns the threads and blocks in other orders, names what is wrong:\n{lines}")
     return ("the CPU emulator found a fault the GPU ran without complaint: a GPU can give right (or wrong) "
             "numbers with a data race or an out-of-bounds access. Fix what the emulator names.")
+
+
+def _emulated_here(unrun: list[CaseResult], report: dict) -> str | None:
+    """The emulator's verdicts on the cases this machine could not run, put in their place (passed or
+    not, with its message). Returns the check's note where one of them fails, else None."""
+    verdicts = {c["name"]: c for c in report["cases"]}
+    failed = []
+    for r in unrun:
+        c = verdicts.get(r.name)
+        if c is None or c["kind"] == "not_run":
+            continue
+        r.passed, r.kind, r.cause = c["passed"], c["kind"], c.get("cause")
+        r.rel_err, r.max_abs_err = c.get("rel_err"), c.get("max_abs_err")
+        r.divergence, r.observations = c.get("divergence"), c.get("observations") or []
+        r.message = (f"run on the CPU emulator, which plays every rank (this machine has too few GPUs for "
+                     f"them): {c['message']}" if c["message"] else "")
+        if not r.passed:
+            failed.append(r.name)
+    if failed:
+        return (f"{len(failed)} case(s) this machine has too few GPUs for ran on the CPU emulator, and failed "
+                f"there ({', '.join(failed)}): the GPU's cases alone did not show it.")
+    return None
 
 
 def _named_on_emulator(r: CaseResult, report: dict, seed: int) -> str | None:

@@ -56,6 +56,7 @@ class CaseResult:
         return d
 
 
+NOT_RUN_HERE = "not run on this machine: "   # a case this machine cannot run (CaseNotRunnable)
 RIGHT_CASE_ELEMENTS = 1 << 17    # a passing case this small keeps its context for verdict.settle
 
 
@@ -337,7 +338,7 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
         res.kind, res.message = "error", cited(str(e), path) + todos_left(ex, path)
         return res
     except CaseNotRunnable as e:         # this machine cannot run it (a case of more GPUs than it has)
-        res.kind, res.message = "not_run", str(e)
+        res.kind, res.message = "not_run", NOT_RUN_HERE + str(e)
         return res
     except NotImplementedError as e:
         res.kind = "not_implemented"
