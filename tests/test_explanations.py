@@ -72,3 +72,19 @@ def test_contradictions_are_found():
     assert contradictions("rows with no visible key give NaN", p, inputs, small)
     assert contradictions("the kernel ignores its scale argument", p, inputs, small)
     assert not contradictions("the kernel ignores its scale argument", p, dict(inputs, scale=0.3), small)
+
+
+def test_a_whole_output_off_by_one_of_the_cases_constants_names_it():
+    """dS scaled twice (blind batch 23) leaves dQ and dK off by the softmax scale: the factor is named
+    as the constant it equals, every one where two coincide, and a factor that is none is left bare."""
+    from types import SimpleNamespace
+
+    from grader.engine.diagnose import row_factors
+    want = np.random.default_rng(0).standard_normal((3, 5, 64))
+    ctx = SimpleNamespace(params={"d": 64, "H": 8, "Hkv": 1}, inputs={"scale": 0.125})
+    assert "0.125 (the case's softmax scale, 1/√64 here; equally, one over the group size H / Hkv)" in \
+        row_factors("dq", want * 0.125, want, ctx)
+    eight = row_factors("o", want * 8, want, ctx)
+    assert "(one over the case's softmax scale; equally, the group size H / Hkv)" in eight
+    assert "1.443 (log2 e)" in row_factors("o", want * math.log2(math.e), want, ctx)
+    assert "same factor, 3: the whole" in row_factors("o", want * 3, want, ctx)

@@ -163,7 +163,7 @@ def observations(ctx: Context):
         if moved:
             yield Seen(moved)
             continue
-        factor = row_factors(name, got, want)
+        factor = row_factors(name, got, want, ctx)
         if factor:
             yield Seen(factor)
     batch = observed(ctx)
@@ -171,7 +171,37 @@ def observations(ctx: Context):
         yield Seen(batch)
 
 
-def row_factors(name: str, got: np.ndarray, want: np.ndarray) -> str | None:
+def case_constants(ctx) -> list[tuple[float, str]]:
+    """The numbers a case's kernel multiplies by, with their names: a whole output off by one of
+    these says which multiplication to look at (a scale applied twice or left out, log2 e where ln 2
+    is due, a group size)."""
+    if ctx is None:
+        return []
+    d = ctx.params.get("d")
+    scale = ctx.inputs.get("scale") if isinstance(ctx.inputs, dict) else None
+    scale_text = "the case's softmax scale"
+    if scale is None and d:
+        scale, scale_text = 1 / np.sqrt(d), "the softmax scale"
+    here = f", 1/√{d} here" if scale is not None and d and abs(float(scale) * np.sqrt(d) - 1) < 1e-6 else ""
+    named = [(np.log2(np.e), "log2 e"), (np.log(2), "ln 2")]
+    if scale is not None:
+        scale = float(scale)
+        named += [(scale, scale_text + here), (1 / scale, f"one over {scale_text}"), (scale * scale, f"{scale_text}, squared"),
+                  (scale * np.log2(np.e), f"{scale_text} times log2 e"), (scale / np.log2(np.e), f"{scale_text} times ln 2")]
+    h, h_kv = ctx.params.get("H"), ctx.params.get("Hkv")
+    if h and h_kv and h != h_kv:
+        named += [(h / h_kv, "the group size H / Hkv"), (h_kv / h, "one over the group size H / Hkv")]
+    return named
+
+
+def named_factor(value: float, ctx) -> str:
+    """' (<name>)' where `value` is one of the case's constants (case_constants), to 1 part in 1000:
+    every one it equals (at d = 64 with groups of 8, one over the scale is the group size)."""
+    names = [text for const, text in case_constants(ctx) if abs(value - const) <= 1e-3 * abs(const)]
+    return f" ({'; equally, '.join(names)})" if names else ""     # two constants may coincide: both said
+
+
+def row_factors(name: str, got: np.ndarray, want: np.ndarray, ctx=None) -> str | None:
     """Every wrong row the right answer times a factor of its own (the factor differs per row)."""
     if got.ndim < 2 or not np.isfinite(got).all() or name == "lse":
         return None
@@ -191,7 +221,7 @@ def row_factors(name: str, got: np.ndarray, want: np.ndarray) -> str | None:
     if spreads and np.median(spreads) < 1e-3 and off.mean() > 0.9 and np.all(np.abs(means) > 1e-3):
         if np.max(np.abs(means - means[0])) <= 1e-3 * abs(means[0]):
             return (f"every row of {name} is the right answer times one and the same factor, "
-                    f"{means[0]:.4g}: the whole of {name} is off by that factor.")
+                    f"{means[0]:.4g}{named_factor(means[0], ctx)}: the whole of {name} is off by that factor.")
         said = (f"each row of {name} is the right answer times a factor of its own (e.g. {means[off][0]:.4g}, "
                 f"{means[off][-1]:.4g})")
         if name in SOFTMAX_WEIGHTED:
