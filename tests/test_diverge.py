@@ -214,3 +214,18 @@ def test_a_gpu_pass_runs_the_cases_this_machine_has_too_few_gpus_for_on_the_emul
     assert one.passed and not two.passed and two.kind != "not_run", two
     assert two.message.startswith("run on the CPU emulator, which plays every rank"), two.message
     assert "two_ranks" in note and "too few GPUs" in note
+
+
+@pytest.mark.slow
+def test_an_ordering_fault_cites_the_wait_that_let_the_thread_through(tmp_path):
+    """The thread adding dQ waits on dq_full with the empty barriers' parity (blind batch 23): the wait
+    returns at once, and the fault, reported where the bulk reduction's source was rewritten, names
+    that wait by the student's line that called it."""
+    ex = catalogue.resolve("14_backward_hopper")
+    f, line = planted(tmp_path, "mbar_wait(dq_full(c), it & 1);", "mbar_wait(dq_full(c), (it & 1) ^ 1);",
+                      "dq_full_parity.py", ex)
+    case = first_failure(f, "tiny", ex)
+    assert case["kind"] == "error"
+    assert (f"last passed the mbarrier wait at dq_full_parity.py:" in case["message"]
+            and f"(called from dq_full_parity.py:{line}) (parity 1" in case["message"]), case["message"]
+    assert "a wait on parity 1 of a barrier that has completed no phase returns at once" in case["message"]

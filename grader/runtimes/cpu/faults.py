@@ -15,7 +15,7 @@ import numpy as np
 from ..base import KernelFault
 from .abi import F_BUS, F_FPE, F_ILL, F_INTERRUPT, F_SEGV, F_SETUP, F_STACK, FaultRecord
 from .build import origin
-from .symbols import callers, source_line
+from .symbols import callers, name_wait_callers, source_line
 
 
 def _argument(kernel, args, arg_slot, slot):
@@ -35,7 +35,7 @@ def launch_fault(kernel, rec: FaultRecord, args, arg_slot, bufs, smem, shared_me
     who = (f"block ({rec.block[0]},{rec.block[1]},{rec.block[2]}), thread "
            f"({rec.thread[0]},{rec.thread[1]},{rec.thread[2]})")
     file = rec.file.decode(errors="replace")
-    text = rec.text.decode(errors="replace")
+    text = name_wait_callers(rec.text.decode(errors="replace"), module.student_file)
     kind = rec.kind
     if kind == F_STACK and any(b.locate(rec.addr) is not None
                                for b in [*bufs, *([smem] if smem is not None else [])]):

@@ -10,6 +10,7 @@ import ctypes
 import os
 import re
 import subprocess
+from types import SimpleNamespace
 
 from .abi import DlInfo, FaultRecord, libc
 
@@ -85,3 +86,17 @@ def callers(rec: FaultRecord, student_file: str, line: int) -> list[str]:
         if n != line and f"{student_file}:{n}" not in out:
             out.append(f"{student_file}:{n}")
     return out[:3]
+
+
+WAIT_FRAMES = re.compile(r"([^\s:]+):(\d+) @@WAIT_FRAMES((?: [0-9a-f]+)*)@@")
+
+
+def name_wait_callers(text: str, student_file: str) -> str:
+    """The runtime marks a place it cites with the return addresses captured there
+    (`FILE:LINE @@WAIT_FRAMES a b ...@@`, hopper.inc's passed_note): the mark becomes the student's lines
+    that called the function holding that line ("(called from F:L)"), or nothing."""
+    def one(m):
+        frames = [int(a, 16) for a in m.group(3).split()]
+        up = callers(SimpleNamespace(frames=frames), student_file, int(m.group(2))) if frames else []
+        return f"{m.group(1)}:{m.group(2)}" + (f" (called from {', then '.join(up)})" if up else "")
+    return WAIT_FRAMES.sub(one, text)
