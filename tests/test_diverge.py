@@ -229,3 +229,19 @@ def test_an_ordering_fault_cites_the_wait_that_let_the_thread_through(tmp_path):
     assert (f"last passed the mbarrier wait at dq_full_parity.py:" in case["message"]
             and f"(called from dq_full_parity.py:{line}) (parity 1" in case["message"]), case["message"]
     assert "a wait on parity 1 of a barrier that has completed no phase returns at once" in case["message"]
+
+
+@pytest.mark.slow
+def test_an_access_inside_a_helper_is_placed_at_the_students_call(tmp_path):
+    """dQ's atomics in module 11 go through atomicAdd (the emulator's own header) inside the solution's
+    helper atomic_add2: the place said is the student's line, with the helper's call site, never a
+    line of the emulator's header given as if it were theirs (blind batch 23 was told "line 49")."""
+    ex = catalogue.resolve("11_backward_tensor_cores")
+    f, _ = planted(tmp_path, "const int i = m_start + mq * 16 + g + 8 * r;",
+                   "const int i = m_start + warp * 16 + g + 8 * r;", "dq_rows.py", ex)
+    text = f.read_text().splitlines()
+    add = next(i for i, t in enumerate(text, 1) if "atomicAdd(reinterpret_cast<float2*>(dst)" in t)
+    call = next(i for i, t in enumerate(text, 1) if "atomic_add2(" in t and "__device__" not in t)
+    case = first_failure(f, "tiny", ex)
+    said = case["divergence"]
+    assert said and f"at line {add} `atomicAdd(" in said and f"(in `atomic_add2`, called at line {call})" in said, said

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import ctypes
 import linecache
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from .counters import _addr2line
 from .faults import _block_coords
+from .symbols import addr2line
 
 _LINE = 0x80000000
 _REC = np.dtype([("off", "<i8"), ("block", "<u4"), ("where", "<u4"), ("size", "<u2"), ("arg", "i1"),
@@ -68,6 +70,15 @@ def take(kernel, lib, args, arg_slot, grid, block, views=None) -> LaunchTrace:
     student = kernel._module.student_file
     base = student.rsplit("/", 1)[-1]
     lines = {r: named.get(pc, "?") for r, pc in pcs.items()}
+    # An access inside a function the emulator provides (atomicAdd, in its own headers) is the
+    # student's line that the function was inlined into: a line of another file means nothing to them.
+    theirs = [r for r, w in lines.items() if w != "?" and not w.startswith(base + ":")]
+    if theirs:
+        chains = addr2line(str(kernel._module._built.path), [pcs[r] for r in theirs])
+        for r, chain in zip(theirs, chains):
+            mine = next((n for f, n in chain if f.rsplit("/", 1)[-1] == base and n > 0), None)
+            if mine is not None:
+                lines[r] = f"{base}:{mine}"
     lines = {r: student + w[len(base):] if w.startswith(base + ":") else w for r, w in lines.items()}
     for w in np.unique(recs["where"]):
         if int(w) & _LINE:
@@ -144,7 +155,51 @@ def describe(name: str, shape: tuple, elems: np.ndarray) -> str:
 def _source(where: str) -> str:
     file, _, line = where.rpartition(":")
     text = linecache.getline(file, int(line)).strip() if line.isdigit() and file else ""
-    return f" `{text}`" if text else ""
+    return (f" `{text}`" + helper_calls(file, int(line))) if text else ""
+
+
+KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "static_assert", "defined"}
+
+
+def helper_calls(file: str, line: int) -> str:
+    """' (in `f`, called at line N)' where `line` is inside a __device__ function `f` of the file's
+    kernel source, found by reading the source (an access is traced at its own line, which in a
+    helper says nothing of which call made it): the lines that call `f`, up to three; else ''."""
+    lines = linecache.getlines(file)
+    if not 0 < line <= len(lines):
+        return ""
+    opener, depth = None, 0
+    for n in range(line - 1, 0, -1):                 # upward: the outermost brace still open at `line`
+        text = lines[n - 1]
+        if '"""' in text:                            # the start of the kernel's source string
+            break
+        for ch in reversed(text.split("//")[0]):
+            if ch == "}":
+                depth += 1
+            elif ch == "{":
+                if depth:
+                    depth -= 1
+                else:
+                    opener = n
+    if opener is None:
+        return ""
+    start = opener
+    while start > 1 and not re.search(r"[;}]\s*$|^\s*(#|//)|\"\"\"", lines[start - 2]):
+        start -= 1                                   # the signature may span lines above the brace
+    signature = " ".join(lines[k - 1].split("//")[0] for k in range(start, opener + 1))
+    if "__device__" not in signature or "__global__" in signature:
+        return ""
+    names = [m for m in re.findall(r"\b([A-Za-z_]\w*)\s*\(", signature) if m not in KEYWORDS]
+    if not names:
+        return ""
+    name = names[0]
+    call = re.compile(rf"(?<![\w.]){name}\s*(<[^;(){{}}]*>)?\s*\(")
+    sites = [n for n, text in enumerate(lines, 1)
+             if not start <= n <= opener and call.search(text.split("//")[0])
+             and not re.search(rf"__device__[^;]*\b{name}\s*\(", text)]
+    if not sites or len(sites) > 3:
+        return ""
+    return f" (in `{name}`, called at line{'s' if len(sites) > 1 else ''} {', '.join(map(str, sites))})"
 
 
 def _where(lines: dict, w: int) -> str:
