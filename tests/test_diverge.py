@@ -245,3 +245,19 @@ def test_an_access_inside_a_helper_is_placed_at_the_students_call(tmp_path):
     case = first_failure(f, "tiny", ex)
     said = case["divergence"]
     assert said and f"at line {add} `atomicAdd(" in said and f"(in `atomic_add2`, called at line {call})" in said, said
+
+
+@pytest.mark.slow
+def test_a_read_of_a_copy_in_flight_cites_the_issuing_threads_last_wait(tmp_path):
+    """Module 06's main loop waiting with cp.async.wait_group 1 (blind batch 23): the read is reported
+    at the ldmatrix, and the issuing thread's last wait is named by the student's line that called it,
+    with its N."""
+    ex = catalogue.resolve("06_flash_tensor_cores")
+    text = paths.committed_text(paths.solution_file(ex.id))
+    loop_wait = "        cp_async_wait<0>();\n        __syncthreads();"
+    assert text.count(loop_wait) == 1, "the solution's main-loop wait changed: update this test's edit"
+    f, line = planted(tmp_path, loop_wait, "        cp_async_wait<1>();\n        __syncthreads();", "wait_one.py", ex)
+    case = first_failure(f, "one_query_one_key", ex)
+    assert case["kind"] == "error"
+    assert f"(called from wait_one.py:{line}), wait_group 1: it left the 1 newest committed group(s) in flight" \
+        in case["message"], case["message"]

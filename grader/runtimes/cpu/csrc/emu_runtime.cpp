@@ -116,6 +116,12 @@ struct Fiber {
   AsyncCopy* cp;        // this thread's cp.async copies in flight, in issue order
   int cp_n, cp_cap;
   uint32_t cp_groups;   // cp.async.commit_group count; copies issued since are in the open group
+  // Its last cp.async.wait_group: N, where, and its callers (a fault on a copy it had not covered
+  // names it: the wait whose N left the copy in flight is often the bug).
+  long long cpw_n;
+  const char* cpw_file;
+  int cpw_line;
+  uint64_t cpw_frames[8];
 };
 
 // The codes the device headers pass in (cudaemu_abi.h), and the names messages use.
@@ -246,6 +252,8 @@ static void start_fiber(Fiber* f) {
   f->wait_line = 0;
   f->cp_n = 0;
   f->cp_groups = 0;
+  f->cpw_file = nullptr;
+  f->cpw_line = 0;
   context_start(&f->ctx, f->stack_lo, f->stack_hi, fiber_main, trap_invalid);
 }
 
@@ -1113,6 +1121,10 @@ extern "C" HIDDEN void __cudaemu_cp_async_wait(long long n, const char* file, in
   if (n < 0)
     ptx_fault(F_PTX, file, line, "cp.async.wait_group %lld: N must be 0 or more.", n);
   Fiber* f = cur;
+  f->cpw_n = n;
+  f->cpw_file = file;
+  f->cpw_line = line;
+  capture_frames(f->cpw_frames);
   if ((unsigned long long)n < f->cp_groups) finish_copies(f, f->cp_groups - (uint32_t)n);
 }
 
@@ -1144,16 +1156,27 @@ extern "C" HIDDEN void __cudaemu_check_async_pending(const void* p, uint32_t n, 
                             : "that thread has not yet passed a cp.async.wait_group that covers "
                               "it (wait_group N leaves the N most recently committed groups in "
                               "flight)";
+      char last[400] = "";
+      if (g->cpw_line > 0 && a->group != g->cp_groups) {
+        int k = snprintf(last, sizeof last, " That thread's last cp.async.wait_group was at %s:%d @@WAIT_FRAMES",
+                         g->cpw_file ? g->cpw_file : "?", g->cpw_line);
+        for (int i = 0; i < 8 && g->cpw_frames[i] && k < (int)sizeof last; ++i)
+          k += snprintf(last + k, sizeof last - (size_t)k, " %llx", (unsigned long long)g->cpw_frames[i]);
+        if (k < (int)sizeof last)
+          snprintf(last + k, sizeof last - (size_t)k,
+                   "@@, wait_group %lld: it left the %lld newest committed group(s) in flight, this "
+                   "copy's among them.", g->cpw_n, g->cpw_n);
+      }
       ptx_fault(F_PTX, file, line,
                 "%s (lane %d) reads shared memory at 0x%llx that a cp.async issued by thread "
                 "(%u,%u,%u)%s at %s:%d has not written yet: %s. Until a wait of the issuing "
                 "thread covers a copy its destination holds undefined bytes (NaN in the "
                 "emulator). Wait (cp.async.wait_group / wait_all) and then __syncthreads() "
-                "before reading a tile that other threads copied.",
+                "before reading a tile that other threads copied.%s",
                 what, cur->linear & 31,
                 (unsigned long long)__cudaemu_shared_addr(a->dst, file, line), g->tid.x,
                 g->tid.y, g->tid.z, g == cur ? " (this thread)" : "", a->file ? a->file : "?",
-                a->line, why);
+                a->line, why, last);
     }
   }
 }
