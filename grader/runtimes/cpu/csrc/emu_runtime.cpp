@@ -470,6 +470,15 @@ static inline __attribute__((always_inline)) void capture_frames(uint64_t* frame
   }
 }
 
+// " @@WAIT_FRAMES a b ...@@": the return addresses captured at a place a fault's text cites, which the
+// Python side turns into the student's lines that called it (symbols.name_wait_callers).
+static void frames_mark(char* out, size_t size, const uint64_t* frames) {
+  size_t k = (size_t)snprintf(out, size, " @@WAIT_FRAMES");
+  for (int i = 0; i < 8 && frames[i] && k < size; ++i)
+    k += (size_t)snprintf(out + k, size - k, " %llx", (unsigned long long)frames[i]);
+  if (k < size) snprintf(out + k, size - k, "@@");
+}
+
 // Ends the running fiber with a fault at file:line, its text already set.
 static __attribute__((noreturn)) void fault_with_frames(int kind, const char* file, int line,
                                                         const uint64_t* frames) {
@@ -1156,16 +1165,13 @@ extern "C" HIDDEN void __cudaemu_check_async_pending(const void* p, uint32_t n, 
                             : "that thread has not yet passed a cp.async.wait_group that covers "
                               "it (wait_group N leaves the N most recently committed groups in "
                               "flight)";
-      char last[400] = "";
+      char last[400] = "", mark[200];
       if (g->cpw_line > 0 && a->group != g->cp_groups) {
-        int k = snprintf(last, sizeof last, " That thread's last cp.async.wait_group was at %s:%d @@WAIT_FRAMES",
-                         g->cpw_file ? g->cpw_file : "?", g->cpw_line);
-        for (int i = 0; i < 8 && g->cpw_frames[i] && k < (int)sizeof last; ++i)
-          k += snprintf(last + k, sizeof last - (size_t)k, " %llx", (unsigned long long)g->cpw_frames[i]);
-        if (k < (int)sizeof last)
-          snprintf(last + k, sizeof last - (size_t)k,
-                   "@@, wait_group %lld: it left the %lld newest committed group(s) in flight, this "
-                   "copy's among them.", g->cpw_n, g->cpw_n);
+        frames_mark(mark, sizeof mark, g->cpw_frames);
+        snprintf(last, sizeof last,
+                 " That thread's last cp.async.wait_group was at %s:%d%s, wait_group %lld: it left the "
+                 "%lld newest committed group(s) in flight, this copy's among them.",
+                 g->cpw_file ? g->cpw_file : "?", g->cpw_line, mark, g->cpw_n, g->cpw_n);
       }
       ptx_fault(F_PTX, file, line,
                 "%s (lane %d) reads shared memory at 0x%llx that a cp.async issued by thread "
