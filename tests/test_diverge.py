@@ -261,3 +261,16 @@ def test_a_read_of_a_copy_in_flight_cites_the_issuing_threads_last_wait(tmp_path
     assert case["kind"] == "error"
     assert f"(called from wait_one.py:{line}), wait_group 1: it left the 1 newest committed group(s) in flight" \
         in case["message"], case["message"]
+
+
+@pytest.mark.slow
+def test_a_fault_in_generated_helpers_names_the_students_call(tmp_path):
+    """Module 10's wgmma helpers are code generated in place of one line (`@WGMMA_HELPERS@`): a fault in
+    them (here a wgmma reading Q's ordinary stores with no proxy fence, blind batch 23) names the
+    student's line that called the helper, not that placeholder alone."""
+    ex = catalogue.resolve("10_flash_hopper")
+    fence = '        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // wgmma reads through the async proxy\n'
+    f, _ = planted(tmp_path, fence, "\n", "no_fence.py", ex)
+    call = next(i for i, t in enumerate(f.read_text().splitlines(), 1) if "if (kk == 0) wgmma_s0(s, dq, dk);" in t)
+    case = first_failure(f, "one_query_one_key", ex)
+    assert case["kind"] == "error" and f"(in a function called from no_fence.py:{call}" in case["message"], case["message"]

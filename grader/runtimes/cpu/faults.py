@@ -15,7 +15,7 @@ import numpy as np
 from ..base import KernelFault
 from .abi import F_BUS, F_FPE, F_ILL, F_INTERRUPT, F_SEGV, F_SETUP, F_STACK, FaultRecord
 from .build import origin
-from .symbols import callers, name_wait_callers, source_line
+from .symbols import callers, name_wait_callers, source_line, student_line
 
 
 def _argument(kernel, args, arg_slot, slot):
@@ -47,8 +47,9 @@ def launch_fault(kernel, rec: FaultRecord, args, arg_slot, bufs, smem, shared_me
         place = source_line(rec, module.student_file)
     else:
         place = f"{file}:{rec.line}" if file and rec.line > 0 else None
-        if place and os.path.basename(file) == os.path.basename(module.student_file):
-            up = [c for c in callers(rec, module.student_file, rec.line)
+        mine = student_line(file, rec.line, module.student_file) if place else None
+        if mine is not None:
+            up = [c for c in callers(rec, module.student_file, mine)
                   if not _is_definition(module, int(c.rsplit(":", 1)[1]))]
             if up:
                 via = f" (in a function called from {', then '.join(up)})"

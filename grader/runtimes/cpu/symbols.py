@@ -65,6 +65,17 @@ def source_line(rec: FaultRecord, student_file: str) -> str | None:
     return None
 
 
+def student_line(file: str, line: int, student_file: str) -> int | None:
+    """The line of the student's file that `file:line` is: itself, or, for code the runtime generated
+    in place of a line L (`file.py@L`, base.generated_lines), L; None for another file."""
+    base, name = os.path.basename(student_file), os.path.basename(file)
+    if name == base:
+        return line if line > 0 else None
+    if name.startswith(base + "@") and name[len(base) + 1:].isdigit():
+        return int(name[len(base) + 1:])
+    return None
+
+
 def callers(rec: FaultRecord, student_file: str, line: int) -> list[str]:
     """For a fault the runtime reported at ``line`` of the student's file (a warp collective, an
     inline-PTX instruction, an assert): the student's lines that called the function holding it,
@@ -76,9 +87,9 @@ def callers(rec: FaultRecord, student_file: str, line: int) -> list[str]:
     lines: list[int] = []
     for lib, off in places:
         for f, n in found.get((lib, off), []):
-            if os.path.basename(f) == os.path.basename(student_file) and n > 0:
-                if not lines or lines[-1] != n:
-                    lines.append(n)
+            n = student_line(f, n, student_file)
+            if n is not None and (not lines or lines[-1] != n):
+                lines.append(n)
     if line not in lines:
         return []
     out = []
