@@ -500,9 +500,11 @@ def first_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace], partial
                                 f"finished version's thread {thread} goes on to {verb1} "
                                 f"{describe(name, shape, np.array([their_e]))}{_stopped_at(a, ra, blk, thread, name, verb)})")
                 elif their_e is None:
+                    theirs = (f"makes no {verb1} of {name}" if k == 0 else
+                              f"makes only {k} {verb1}(s) of elements of {name}")
                     part.append(f"(thread {thread}'s {nth} {verb1} of an element of {name} is "
-                                f"{describe(name, shape, np.array([mine_e]))}{at}, after the finished "
-                                f"version's thread {thread} has stopped)")
+                                f"{describe(name, shape, np.array([mine_e]))}{at}; the finished "
+                                f"version's thread {thread} {theirs})")
                 else:
                     part.append(f"(thread {thread}'s {nth} {verb1} of an element of {name} is "
                                 f"{describe(name, shape, np.array([mine_e]))}{at}, where the finished "
