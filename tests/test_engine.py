@@ -481,3 +481,21 @@ def test_a_failure_mid_way_names_the_todos_still_as_the_stub_has_them(tmp_path, 
     monkeypatch.undo()
     wrong = edited_solution(tmp_path, "wrong.py", "for (int j = 0; j < n_k - 1; ++j) acc += ")
     assert runner.untouched(EX, wrong) == [] and runner.todos_left(EX, wrong) == ""
+
+
+def test_an_explanation_past_its_allowance_is_the_graders_time_not_a_hang():
+    """A case whose kernel failed and whose explanation then runs long is stopped as the grader's
+    overrun: its verdict is a wrong output, never a kernel that did not finish."""
+    from grader.engine import check
+    now = [0.0]
+    watch = check._Watch(10.0, {"a": {}}, None, clock=lambda: now[0])
+    watch.handle({"event": "start", "case": "a"})
+    assert not watch.explaining
+    watch.handle({"event": "explore", "case": "a"})
+    assert watch.explaining
+    now[0] = 10.0 + 1
+    assert not watch.expired()                          # the allowance, not the case's 10 s
+    now[0] = check.SHRINK_ALLOWANCE + 10.0 + 1
+    assert watch.expired()
+    watch.handle({"event": "start", "case": "b"})
+    assert not watch.explaining

@@ -186,6 +186,7 @@ class _Watch:
         self.divergence: dict | None = None       # the child's trace of the first failing case
         self.idle = False                         # stopped by the wall clock while using little CPU
         self.stalled = False                      # stopped after the last case, in the grader's own work
+        self.explaining = False                   # the running case failed; the grader explains it
 
     def _limit(self, now: float, seconds: float) -> None:
         if self.cpu is None:
@@ -203,7 +204,7 @@ class _Watch:
         now = self.clock()
         kind = ev["event"]
         if kind == "start":
-            self.running, self.compiling = ev["case"], False
+            self.running, self.compiling, self.explaining = ev["case"], False, False
             self._limit(now, self.case_timeout)
         elif kind == "compiling" and not self.compiling:
             left = self.deadline - now if self.cpu_deadline is None else self.cpu_deadline - self.cpu()
@@ -214,6 +215,7 @@ class _Watch:
             self._limit(now, self._left)           # compiling does not count against the case
         elif kind == "explore":      # the kernel is done: the grader explains, shrinks or traces
             self._limit(now, SHRINK_ALLOWANCE + self.case_timeout)
+            self.explaining = True
         elif kind == "result":
             r = CaseResult(**ev["result"])
             if self.interrupted and r.kind == "timeout":
@@ -288,6 +290,14 @@ def _run_child(plugin: list[str], backend: str, case_timeout: float, params: dic
                             running, False, kind="timeout",
                             message=f"compiling the kernel took over {COMPILE_TIMEOUT:.0f} s and was "
                                     "stopped. Look for very long loops the compiler unrolls."))
+                    elif running and watch.explaining:   # the grader's own time ran out, not the kernel's
+                        _kill(proc)
+                        watch.record(CaseResult(
+                            running, False, kind="checked",
+                            message="the kernel finished and its output is wrong; the grader's explanation of "
+                                    "it (replays, shrinking) ran past its own time allowance and was stopped, "
+                                    "so nothing more is said here. Run this case alone (--case) to see more."))
+                        not_run = "not run: the grader's explanation of an earlier case was stopped"
                     elif running:
                         _interrupt(proc, reader, watch, INTERRUPT_GRACE.get(backend, 2.0))
                         _kill(proc)
