@@ -458,10 +458,11 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
     if report.get("error"):
         return f"{unchecked}: the emulator could not run it ({report['error'].splitlines()[0]})."
     emulated = _emulated_here(unrun, report) if failing is None else None
-    fault = next((c for c in report["cases"] if not c["passed"] and c["kind"] in ("error", "crash", "timeout")
-                  and c["name"] not in {r.name for r in unrun}), None)
     if emulated:
         return emulated
+    unrun_names = {r.name for r in unrun}
+    fault = next((c for c in report["cases"] if not c["passed"] and c["kind"] in ("error", "crash", "timeout")
+                  and c["name"] not in unrun_names), None)
     if fault is None and failing is not None:
         return _named_on_emulator(ordered[failing], report, seed)
     if fault is None:

@@ -104,10 +104,12 @@ WAIT_FRAMES = re.compile(r"([^\s:]+):(\d+) @@WAIT_FRAMES((?: [0-9a-f]+)*)@@")
 
 def name_wait_callers(text: str, student_file: str) -> str:
     """The runtime marks a place it cites with the return addresses captured there
-    (`FILE:LINE @@WAIT_FRAMES a b ...@@`, hopper.inc's passed_note): the mark becomes the student's lines
-    that called the function holding that line ("(called from F:L)"), or nothing."""
+    (`FILE:LINE @@WAIT_FRAMES a b ...@@`, emu_runtime.cpp's frames_mark: a thread's last mbarrier wait or
+    cp.async.wait_group): the mark becomes the student's lines that called the function holding that
+    line ("(called from F:L)"), or nothing."""
     def one(m):
         frames = [int(a, 16) for a in m.group(3).split()]
-        up = callers(SimpleNamespace(frames=frames), student_file, int(m.group(2))) if frames else []
+        line = student_line(m.group(1), int(m.group(2)), student_file)
+        up = callers(SimpleNamespace(frames=frames), student_file, line) if frames and line else []
         return f"{m.group(1)}:{m.group(2)}" + (f" (called from {', then '.join(up)})" if up else "")
     return WAIT_FRAMES.sub(one, text)

@@ -18,7 +18,7 @@ import numpy as np
 
 from .counters import _addr2line
 from .faults import _block_coords
-from .symbols import addr2line
+from .symbols import addr2line, student_line
 
 _LINE = 0x80000000
 _REC = np.dtype([("off", "<i8"), ("block", "<u4"), ("where", "<u4"), ("size", "<u2"), ("arg", "i1"),
@@ -76,7 +76,7 @@ def take(kernel, lib, args, arg_slot, grid, block, views=None) -> LaunchTrace:
     if theirs:
         chains = addr2line(str(kernel._module._built.path), [pcs[r] for r in theirs])
         for r, chain in zip(theirs, chains):
-            mine = next((n for f, n in chain if f.rsplit("/", 1)[-1] == base and n > 0), None)
+            mine = next((n for n in (student_line(f, k, student) for f, k in chain) if n is not None), None)
             if mine is not None:
                 lines[r] = f"{base}:{mine}"
     lines = {r: student + w[len(base):] if w.startswith(base + ":") else w for r, w in lines.items()}
