@@ -203,8 +203,8 @@ def failure_lines(case: dict, replay: str) -> list[str]:
         lines += [f"  {line}" for line in shrunk["message"].splitlines()]
         lines.append(f"  Replay it: {replay} --shape {shrunk['shape']}")
     else:
-        lines += ["", f"Replay exactly: {replay}" + (f" --case {case['name']}" if case["name"] != "custom"
-                                                     else "")]
+        only = case["name"] != "custom" and case["kind"] != "work"   # the work check runs after every case
+        lines += ["", f"Replay exactly: {replay}" + (f" --case {case['name']}" if only else "")]
     return lines
 
 

@@ -89,6 +89,7 @@ class CheckRun:
         self.events = open(opt("grader_events"), "a", buffering=1) if opt("grader_events") else None
         self.failures_seen = 0
         self.shape = shape
+        self.selected = bool(opt("grader_cases")) or shape is not None   # not every case: no work check
         self.provenance = not opt("grader_no_provenance")
         # Run as plain pytest on a GPU, a last item confirms the verdict on the emulator, as
         # `grader check` does in its parent (which passes --events, so the child never does it).
@@ -202,6 +203,7 @@ class CheckRun:
                 for r in refute(self.results):
                     self.emit(event="refuted", case=r.name, ids=r.refuted)
                 self._trace_divergence(rt)
+                self._check_work()
             except Exception as e:    # the cases' verdicts are sent; what follows them failed: loudly
                 import traceback
                 self._fatal("the grader itself failed after the last case (a bug in the grader; please report "
@@ -248,6 +250,24 @@ class CheckRun:
         if text:
             self.emit(event="divergence", case=first.name, text=text,
                       shape=shrunk.get("shape") if shrunk else None)
+
+    def _check_work(self) -> None:
+        """Every case passed (all of them, not a --case or --shape selection): count the work on the
+        emulator against the finished version's (engine/work.py), and send a finding to the parent,
+        which fails the check on a case of its own."""
+        if self.selected or not all(r.passed for r in self.results):
+            return
+        from .engine import work
+        from .runtimes.cpu.build import find_compiler
+        if not work.enabled() or work.work_case(self.ex) is None or find_compiler() is None:
+            return
+        self.emit(event="explore", case="work")       # its runs have their own budget
+        try:
+            text = work.compare(self.ex, self.function(), self.seed)
+        except KeyboardInterrupt:
+            return
+        if text:
+            self.emit(event="work", text=text, params=work.work_case(self.ex).params)
 
     def _run_case(self, case, fn, rt) -> CaseResult:
         keep: dict = {}

@@ -10,6 +10,7 @@ os.environ.setdefault("GRADER_ROOT", str(ROOT))
 # The first divergence compiles two traced kernels per unexplained failure: the checks of the whole
 # suite would spend most of CI's time there. tests/test_diverge.py turns it back on for its own.
 os.environ.setdefault("GRADER_TRACE", "0")
+os.environ.setdefault("GRADER_WORK", "0")    # the work check (engine/work.py): its own tests turn it on
 
 
 def gpu_available() -> bool:

@@ -32,8 +32,9 @@ def test_the_corpus_covers_every_module_with_forty_kernels_or_more():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("item", CORPUS[::20], ids=[f"{ex[:2]}/{p.stem}" for ex, p, *_ in CORPUS[::20]])
-def test_blind_kernel_is_rejected_and_never_named_wrong(item):
+def test_blind_kernel_is_rejected_and_never_named_wrong(item, monkeypatch):
     ex, path, expected, bug = item
+    monkeypatch.setenv("GRADER_WORK", "1")      # a kernel that only does too much work is caught there
     report = run_check(catalogue.resolve(ex), path, "cpu", seed=7)
     verdict = score(report, expected)
     gap = json.loads((path.parent / "bugs.json").read_text())[path.name].get("passes")

@@ -274,3 +274,18 @@ def test_a_fault_in_generated_helpers_names_the_students_call(tmp_path):
     call = next(i for i, t in enumerate(f.read_text().splitlines(), 1) if "if (kk == 0) wgmma_s0(s, dq, dk);" in t)
     case = first_failure(f, "one_query_one_key", ex)
     assert case["kind"] == "error" and f"(in a function called from no_fence.py:{call}" in case["message"], case["message"]
+
+
+@pytest.mark.slow
+def test_a_read_past_an_arrays_end_keeps_its_block_and_line(tmp_path):
+    """A row loop to j <= n (blind batch 24) reads one element past x's end, inside the padding that
+    keeps a 1-element buffer 16-byte aligned, where no guard page faults. Keyed by block · elements, that
+    element was taken for the next block's x[0, 0] ("block (0, 0, 1) reads x[0, 0]"); it is block 0's
+    read past the end, at its line."""
+    ex = catalogue.resolve("01_online_softmax")
+    f, line = planted(tmp_path, "    for (int j = lane; j < n; j += 32)\n",
+                      "    for (int j = lane; j <= n; j += 32)\n", "past_end.py", ex)
+    case = first_failure(f, "one_element", ex)
+    div = case["divergence"] or ""
+    assert "block (0, 0, 0) reads x's element 1 (flat), outside its 1 elements" in div, div
+    assert f"(line {line + 1} `merge(m, l, x_row[j]" in div and ",." not in div, div   # the read, in the loop

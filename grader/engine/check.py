@@ -187,6 +187,7 @@ class _Watch:
         self.idle = False                         # stopped by the wall clock while using little CPU
         self.stalled = False                      # stopped after the last case, in the grader's own work
         self.explaining = False                   # the running case failed; the grader explains it
+        self.work: dict | None = None             # every case passed, and the work check found more work
 
     def _limit(self, now: float, seconds: float) -> None:
         if self.cpu is None:
@@ -228,6 +229,8 @@ class _Watch:
                 self.results[ev["case"]].refuted = ev["ids"]
         elif kind == "divergence":
             self.divergence = ev
+        elif kind == "work":
+            self.work = ev
         elif kind == "resources":
             self.resources.update(ev["resources"])
         elif kind == "fatal":
@@ -391,6 +394,12 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
         elif passed:
             note = ("not confirmed on the emulator (--no-confirm): a GPU runs a data race or an out-of-bounds "
                     "read inside mapped memory without complaint, so this pass does not rule them out.")
+    if watch.work is not None and passed:
+        # The outputs are right, and the emulator counted far more work than the finished version's
+        # (engine/work.py): a case of its own fails the check.
+        ordered.append(CaseResult("work", False, message=watch.work["text"], kind="work",
+                                  params=dict(watch.work.get("params") or {})))
+        passed = False
     return {
         "id": ex.id, "file": str(path), "backend": backend, "seed": seed, "note": note,
         "passed": passed,
@@ -477,8 +486,12 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
     lines = "\n".join("  " + line for line in fault["message"].splitlines())
     r.message = (f"{was}, and the same case on the CPU emulator (seed {seed}), which checks every access and "
                  f"reruns the threads and blocks in other orders, names what is wrong:\n{lines}")
+    # Where the GPU failed an earlier case, that one is shown first: the note says where the fault is.
+    first_line = fault["message"].splitlines()[0] if fault["message"] else ""
+    named = (f" It is in case {r.name}: {first_line}" if failing is not None and first_line
+             and ordered[failing].name != r.name else "")
     return ("the CPU emulator found a fault the GPU ran without complaint: a GPU can give right (or wrong) "
-            "numbers with a data race or an out-of-bounds access. Fix what the emulator names.")
+            f"numbers with a data race or an out-of-bounds access. Fix what the emulator names.{named}")
 
 
 def _emulated_here(unrun: list[CaseResult], report: dict) -> str | None:

@@ -126,9 +126,23 @@ def _elements(recs: np.ndarray, itemsize: int) -> tuple[np.ndarray, np.ndarray]:
     return np.repeat(recs["block"].astype(np.int64), count), np.repeat(first.astype(np.int64), count) + step, pos
 
 
-def _keyed(recs, itemsize, nelem):
+def _span_of(recs_a, recs_b, itemsize, nelem) -> tuple[int, int]:
+    """(lowest element, count) that the keys of both launches' accesses cover: the array's elements,
+    widened to any access outside them, so that an element past the end keeps its own block's key."""
+    lo, hi = 0, max(nelem, 1)
+    for recs in (recs_a, recs_b):
+        if len(recs):
+            lo = min(lo, int((recs["off"] // itemsize).min()))
+            hi = max(hi, int(((recs["off"] + recs["size"] + itemsize - 1) // itemsize).max()))
+    return lo, hi - lo
+
+
+def _keyed(recs, itemsize, span):
+    """Unique keys block · count + (element - lowest) of the elements the records touch, and the
+    position of the first record touching each."""
+    lo, count = span
     blocks, elems, pos = _elements(recs, itemsize)
-    keys = blocks * max(nelem, 1) + elems
+    keys = blocks * count + (elems - lo)
     uniq, first = np.unique(keys, return_index=True)
     return uniq, pos[first]
 
@@ -462,33 +476,34 @@ def first_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace], partial
                 nelem = int(np.prod(shape)) if shape else 1
                 ra = a.records[(a.records["arg"] == slot) & (a.records["write"] == write)]
                 rb = b.records[(b.records["arg"] == slot_b) & (b.records["write"] == write)]
-                ka, pa = _keyed(ra, itemsize, nelem)
-                kb, _ = _keyed(rb, itemsize, nelem)
+                span = _span_of(ra, rb, itemsize, nelem)
+                ka, pa = _keyed(ra, itemsize, span)
+                kb, _ = _keyed(rb, itemsize, span)
                 extra = np.setdiff1d(ka, kb, assume_unique=True)
                 missing = np.setdiff1d(kb, ka, assume_unique=True)
                 if not len(extra) and not len(missing):
                     continue
                 blk = int(min(extra[0] if len(extra) else np.inf, missing[0] if len(missing) else np.inf)
-                          // max(nelem, 1))
-                found.append((blk, write, slot, name, shape, nelem, verb, ka, pa, ra, extra, missing))
+                          // span[1])
+                found.append((blk, write, slot, name, shape, span, verb, ka, pa, ra, extra, missing))
         if not found:
             continue
         blk = min(f[0] for f in found)
         out = []
-        for f_blk, write, slot, name, shape, nelem, verb, ka, pa, ra, extra, missing in found:
+        for f_blk, write, slot, name, shape, (first_e, count), verb, ka, pa, ra, extra, missing in found:
             if f_blk != blk or len(out) == 2:
                 continue
-            lo, hi = blk * nelem, (blk + 1) * nelem
-            ex = extra[(extra >= lo) & (extra < hi)]
-            mi = missing[(missing >= lo) & (missing < hi)]
+            lo, hi = blk * count, (blk + 1) * count
+            ex = extra[(extra >= lo) & (extra < hi)] - lo + first_e
+            mi = missing[(missing >= lo) & (missing < hi)] - lo + first_e
             rb = b.records[(b.records["arg"] == dict(pairs)[slot]) & (b.records["write"] == write)]
             step = _first_step(ra[ra["block"] == blk], rb[rb["block"] == blk], itemsize_of(a, slot))
             part = []
             if len(ex):
-                part.append(f"{verb} {describe(name, shape, ex - lo)}, which the finished version's "
-                            "same block does not,")
+                part.append(f"{verb} {describe(name, shape, ex)}, which the finished version's "
+                            "same block does not")
             if len(mi):
-                part.append(f"{'and ' if part else ''}does not {verb[:-1]} {describe(name, shape, mi - lo)}, "
+                part.append(f"{', and ' if part else ''}does not {verb[:-1]} {describe(name, shape, mi)}, "
                             "which the finished version's does")
             if step is not None:
                 thread, k, mine_e, their_e, where = step
@@ -509,7 +524,7 @@ def first_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace], partial
                     part.append(f"(thread {thread}'s {nth} {verb1} of an element of {name} is "
                                 f"{describe(name, shape, np.array([mine_e]))}{at}, where the finished "
                                 f"version's thread {thread} {verb} {describe(name, shape, np.array([their_e]))})")
-            out.append(" ".join(part))
+            out.append("".join(x if x.startswith(",") or i == 0 else " " + x for i, x in enumerate(part)))
         return (f"first divergence from the finished version, traced on the emulator: in {which}, block "
                 f"{_block_coords(blk, a.grid)} " + "; it ".join(out) + ".")
     shared = _first_shared_divergence(mine, theirs) or _first_value_divergence(mine, theirs)

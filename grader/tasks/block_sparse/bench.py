@@ -44,3 +44,9 @@ def tiles(p, config, inputs):
                  for b in range(p["B"]) for h in range(p["H"]))
     every = p["B"] * p["H"] * blocksparse.cdiv(p["Nq"], tile[0]) * blocksparse.cdiv(p["Nk"], tile[1])
     return needed, every
+
+
+# What the work check counts (engine/work.py): a 25% mask of 64 x 64 blocks, whose empty tiles a kernel
+# that skips them never reads.
+WORK_CASE = BenchCase("work_density_025_N256_d32", dict(B=1, H=1, Hkv=1, Nq=256, Nk=256, d=32, pattern="random",
+                                                       density=0.25, mb_m=64, mb_n=64))

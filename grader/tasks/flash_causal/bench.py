@@ -27,3 +27,8 @@ COUNTER_CASE = BenchCase("counters_causal_B1_H4_N512_d64", _COUNT, flops=attenti
 
 def tiles(p, config, inputs=None):
     return key_tiles(p, config, causal=True)
+
+
+# What the work check counts (engine/work.py): a causal mask leaves half the key tiles empty, which a
+# kernel that skips them never reads.
+WORK_CASE = BenchCase("work_causal_B1_H1_N384_d32", dict(B=1, H=1, Hkv=1, Nq=384, Nk=384, d=32))

@@ -7,3 +7,7 @@ BENCH = [
     BenchCase("B1_H16_N2048_d64", _SHAPE, flops=attention_flops(_SHAPE),
               baselines={"CuPy + cuBLAS (same three steps)": naive_cublas}),
 ]
+
+# What the work check counts (engine/work.py): the blocks each kernel launches and what they read,
+# against the finished version's, on the emulator.
+WORK_CASE = BenchCase("work_B1_H2_N128_d32", dict(B=1, H=2, Hkv=2, Nq=128, Nk=128, d=32))

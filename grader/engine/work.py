@@ -1,0 +1,145 @@
+"""The work check: a kernel whose every case passes can still do far more than the exercise asks (a grid
+of mostly idle blocks, key tiles a mask or causality leaves empty loaded anyway). Its outputs cannot
+show that, and a timing would depend on the machine and its load. So, on the task's WORK_CASE (its
+bench.py), the submission and the finished version run traced on the emulator, and what a GPU would pay
+for is counted: the blocks each kernel launches, and the bytes of each array argument its blocks read.
+Where the submission exceeds the finished version by the factors below, the check fails on a case of
+its own ("work"), with the counts and the first place where the two traces part (trace.py), with its
+line: an observation, never a cause. The counts come from the emulator, so the verdict is the same on
+every machine and under any load.
+
+GRADER_WORK=0 turns it off (the grader's own tests, which check solutions many times over).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..catalogue import Exercise
+from ..errors import GraderError
+from ..spec import Case
+
+BLOCK_FACTOR = 4.0     # blocks launched by one kernel, against the finished version's
+READ_FACTOR = 1.5      # bytes read from one array argument, against the finished version's
+MIN_EXCESS_BYTES = 4096   # below this, a difference in reads is the rounding of a tile, not work
+
+
+def enabled() -> bool:
+    return os.environ.get("GRADER_WORK", "1") != "0"
+
+
+def work_case(ex: Exercise) -> Case | None:
+    """The case the work is counted on: the task's WORK_CASE (a BenchCase in bench.py), or None."""
+    from ..tasks import load_piece
+    try:
+        bench = load_piece(ex, "bench")
+    except (ImportError, FileNotFoundError):
+        return None
+    case = getattr(bench, "WORK_CASE", None)
+    return Case(case.name, dict(case.params)) if case is not None else None
+
+
+def _blocks(traces: list) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for t in traces:
+        out[t.kernel] = out.get(t.kernel, 0) + int(np.prod(t.grid))
+    return out
+
+
+def _idle(traces: list, kernel: str) -> int:
+    """Blocks of `kernel`'s launches that read and write no element of any array argument."""
+    idle = 0
+    for t in traces:
+        if t.kernel == kernel:
+            busy = np.unique(t.records["block"][t.records["arg"] >= 0]).size
+            idle += int(np.prod(t.grid)) - busy
+    return idle
+
+
+def _reads(traces: list) -> dict[str, int]:
+    """Bytes read per array argument (by parameter name), over every launch."""
+    out: dict[str, int] = {}
+    for t in traces:
+        r = t.records[(t.records["write"] == 0) & (t.records["arg"] >= 0)]
+        for slot, (name, _, _) in enumerate(t.arrays):
+            out[name] = out.get(name, 0) + int(r["size"][r["arg"] == slot].sum())
+    return out
+
+
+def _heaviest_line(traces: list, name: str) -> str | None:
+    """The student's line that reads the most bytes of array `name`, as 'line N `text`'."""
+    from ..runtimes.cpu.trace import _source
+    per: dict[str, int] = {}
+    for t in traces:
+        for slot, (n, _, _) in enumerate(t.arrays):
+            if n != name:
+                continue
+            r = t.records[(t.records["write"] == 0) & (t.records["arg"] == slot)]
+            for w in np.unique(r["where"]):
+                place = t.lines.get(int(w))
+                if place and place.startswith(t.student + ":"):
+                    per[place] = per.get(place, 0) + int(r["size"][r["where"] == w].sum())
+    if not per:
+        return None
+    place = max(per, key=per.get)
+    return f"line {place.rsplit(':', 1)[1]}{_source(place)}"
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.3f} MB" if n >= 100_000 else f"{n / 1e3:.1f} KB"
+
+
+def compare(ex: Exercise, fn, seed: int) -> str | None:
+    """The work check's message for `fn` (the submission's entry function), or None where it does no
+    more than the factors allow (or the check cannot run here: no WORK_CASE, no finished version, or
+    the submission faults on the case, which its own cases would have shown)."""
+    from ..release import solution_path
+    from ..runtimes.cpu.trace import first_divergence, launch_site
+    from .diverge import _student_lines, _traced_run
+    from .runner import load_exercise_function
+    case = work_case(ex)
+    if case is None or not enabled():
+        return None
+    try:
+        sol = Path(solution_path(ex.id, "counting the work"))
+    except GraderError:
+        return None
+    if not sol.is_file():
+        return None
+    mine, faulted = _traced_run(ex, fn, case, seed)
+    if faulted or not mine or any(t.cut for t in mine):
+        return None
+    _student_lines(mine, getattr(fn, "__code__", None) and fn.__code__.co_filename)
+    theirs, _ = _traced_run(ex, load_exercise_function(ex, sol), case, seed)
+    if not theirs or any(t.cut for t in theirs):
+        return None
+    shape = ", ".join(f"{k}={v}" for k, v in case.params.items())
+    found = []
+    blocks_mine, blocks_theirs = _blocks(mine), _blocks(theirs)
+    for kernel, n in blocks_mine.items():
+        m = blocks_theirs.get(kernel) or (sum(blocks_theirs.values()) if len(blocks_mine) == 1 else None)
+        if m and n > BLOCK_FACTOR * m:
+            idle = _idle(mine, kernel)
+            site = next((launch_site(t) for t in mine if t.kernel == kernel and launch_site(t)), "")
+            advice = (" Size the grid from the rows (or tiles) each block computes." if 2 * idle >= n else "")
+            found.append(f"{kernel}{f' (launched at {site})' if site else ''} runs {n} blocks, where the "
+                         f"finished version's runs {m} ({n / m:.0f}×); {idle} of them read and write no "
+                         f"element of any array.{advice}")
+    reads_mine, reads_theirs = _reads(mine), _reads(theirs)
+    for name, n in reads_mine.items():
+        m = reads_theirs.get(name)
+        if m and n > READ_FACTOR * m and n - m >= MIN_EXCESS_BYTES:
+            line = _heaviest_line(mine, name)
+            found.append(f"the blocks read {_mb(n)} of {name}, where the finished version's read {_mb(m)} "
+                         f"({n / m:.2f}×){f'; most of it at {line}' if line else ''}.")
+    if not found:
+        return None
+    where = first_divergence(mine, theirs)
+    return (f"every case passes, but the kernel does far more work than the finished version on the case "
+            f"{case.name} ({shape}), counted on the emulator:\n"
+            + "\n".join(f"- {x}" for x in found)
+            + (f"\nobserved: {where}" if where else "")
+            + "\nThe outputs are right; what a GPU pays for is not. Do only the work the lesson's schedule "
+              "needs.")
