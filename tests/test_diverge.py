@@ -289,3 +289,18 @@ def test_a_read_past_an_arrays_end_keeps_its_block_and_line(tmp_path):
     div = case["divergence"] or ""
     assert "block (0, 0, 0) reads x's element 1 (flat), outside its 1 elements" in div, div
     assert f"(line {line + 1} `merge(m, l, x_row[j]" in div and ",." not in div, div   # the read, in the loop
+
+
+@pytest.mark.slow
+def test_a_hang_on_an_mbarrier_counts_its_arrivals_and_names_the_last(tmp_path):
+    """Every lane arrives on dq_full, whose count is one per warp (blind batch 24): the phases run ahead
+    of the waits, and the block hangs at a wait. The hang says how many arrivals the barrier had, from
+    how many threads, and where the last came from: the student's call."""
+    ex = catalogue.resolve("14_backward_hopper")
+    f, line = planted(tmp_path, "        if (lane == 0) mbar_arrive(dq_full(cw));",
+                      "        mbar_arrive(dq_full(cw));", "every_lane.py", ex)
+    case = first_failure(f, "tiny", ex)
+    assert case["kind"] == "error" and "the block hangs" in case["message"]
+    assert ("Since its init it has had 128 arrival(s), from 128 thread(s), at 4 per phase; the last by "
+            "thread 255 at every_lane.py:") in case["message"], case["message"]
+    assert f"(called from every_lane.py:{line})." in case["message"], case["message"]
