@@ -263,7 +263,7 @@ class CheckRun:
             return
         self.emit(event="explore", case="work")       # its runs have their own budget
         try:
-            text = work.compare(self.ex, self.function(), self.seed)
+            text = work.compare(self.ex, self.function())
         except KeyboardInterrupt:
             return
         if text:

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from grader import catalogue
+from grader.engine import work
 from grader.engine.check import run_check
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ def test_block_sparse_kernel_that_reads_empty_tiles_fails():
     report = run_check(catalogue.resolve("08"), path, "cpu", seed=7)
     work = _work_case(report)
     assert not report["passed"] and work is not None
-    assert "(4.00×)" in work["message"]
+    assert "of k, where the finished version's read 8.2 KB (16.00×)" in work["message"], work["message"]
 
 
 def test_the_finished_version_passes_the_work_check():
@@ -55,3 +56,27 @@ def test_a_selection_of_cases_runs_no_work_check(tmp_path):
     path = ROOT / "tests" / "blind" / "08_block_sparse" / "empty_tiles_not_skipped_b24.py"
     report = run_check(catalogue.resolve("08"), path, "cpu", seed=7, cases=["tiny"])
     assert report["passed"] and _work_case(report) is None
+
+
+def test_the_recorded_counts_are_the_finished_versions():
+    """grader/data/work_counts.json stands in for the finished version where a copy of the course has
+    none (a release, an autograder): it must be what the finished version counts now."""
+    import json
+    stored = json.loads(work.COUNTS_FILE.read_text())
+    fresh = {i: work.finished_counts(catalogue.resolve(i)) for i in catalogue.IDS
+             if work.work_case(catalogue.resolve(i))}
+    assert stored == fresh, ("stale: run python -c 'from grader.engine import work; work.write_counts()'")
+
+
+def test_without_the_finished_version_the_recorded_counts_give_the_same_verdict(monkeypatch):
+    from grader import release
+    from grader.errors import GraderError
+
+    def missing(ex_id, feature):
+        raise GraderError("no solutions here")
+    monkeypatch.setattr(release, "solution_path", missing)
+    path = ROOT / "tests" / "blind" / "08_block_sparse" / "empty_tiles_not_skipped_b24.py"
+    from grader.runtimes.cpu import CpuRuntime  # noqa: F401  (the emulator, as the child uses it)
+    from grader.engine.runner import load_exercise_function
+    text = work.compare(catalogue.resolve("08"), load_exercise_function(catalogue.resolve("08"), path))
+    assert text and "(16.00×)" in text and "observed:" not in text
