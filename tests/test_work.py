@@ -80,3 +80,28 @@ def test_without_the_finished_version_the_recorded_counts_give_the_same_verdict(
     from grader.engine.runner import load_exercise_function
     text = work.compare(catalogue.resolve("08"), load_exercise_function(catalogue.resolve("08"), path))
     assert text and "(16.00×)" in text and "observed:" not in text
+
+
+def test_a_split_count_that_leaves_the_gpu_idle_fails():
+    """Module 13's split count inverted (blind batch 21, once a known gap): one split at batch 1, right
+    outputs, 2 blocks where the finished version launches 16."""
+    path = ROOT / "tests" / "blind" / "13_decode_tensor_cores" / "split_count_ratio_inverted_b21.py"
+    report = run_check(catalogue.resolve("13"), path, "cpu", seed=7)
+    work = _work_case(report)
+    assert not report["passed"] and work is not None
+    assert "runs 2 blocks, where the finished version's runs 16 (8× more)" in work["message"], work["message"]
+
+
+def test_a_stub_placeholder_left_in_is_named(tmp_path):
+    """03's stub leaves kv_end = n_k after TODO(1): right outputs, every key tile. A file with the other
+    TODOs done and that one as the stub has it fails the work check, and the note names TODO(1)."""
+    src = (ROOT / "solutions" / "03_flash_causal.py").read_text()
+    start = src.index("    // BEGIN SOLUTION TODO(1):")
+    end = src.index("    // END SOLUTION\n", start) + len("    // END SOLUTION\n")
+    block = src[start:end]
+    todo = block.splitlines()[0].replace("// BEGIN SOLUTION TODO(1):", "// TODO(1):")
+    path = tmp_path / "todo1_left.py"
+    path.write_text(src[:start] + todo + "\n    const int kv_end = n_k;\n" + src[end:])
+    report = run_check(catalogue.resolve("03"), path, "cpu", seed=7)
+    work = _work_case(report)
+    assert work is not None and "note: your file still has TODO(1) as the stub has it" in work["message"], work

@@ -395,7 +395,7 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
             note = ("not confirmed on the emulator (--no-confirm): a GPU runs a data race or an out-of-bounds "
                     "read inside mapped memory without complaint, so this pass does not rule them out.")
     if watch.work is not None and passed:
-        # The outputs are right, and the emulator counted far more work than the finished version's
+        # The outputs are right, and the emulator counted work far from the finished version's
         # (engine/work.py): a case of its own fails the check.
         ordered.append(CaseResult("work", False, message=watch.work["text"], kind="work",
                                   params=dict(watch.work.get("params") or {})))

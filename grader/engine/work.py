@@ -21,7 +21,7 @@ from ..catalogue import Exercise
 from ..errors import GraderError
 from ..spec import Case
 
-BLOCK_FACTOR = 4.0     # blocks launched by one kernel, against the finished version's
+BLOCK_FACTOR = 4.0     # blocks launched by one kernel, against the finished version's (more or fewer)
 READ_FACTOR = 1.5      # bytes read from one array argument, against the finished version's
 MIN_EXCESS_BYTES = 4096   # below this, a difference in reads is the rounding of a tile, not work
 WORK_SEED = 0          # the work case's inputs (08's mask) are the same for every check, whatever its seed
@@ -165,6 +165,10 @@ def compare(ex: Exercise, fn) -> str | None:
     blocks_mine, blocks_theirs = _blocks(mine), reference["blocks"]
     for kernel, n in blocks_mine.items():
         m = blocks_theirs.get(kernel) or (sum(blocks_theirs.values()) if len(blocks_mine) == 1 else None)
+        if m and BLOCK_FACTOR * n < m:
+            site = next((launch_site(t) for t in mine if t.kernel == kernel and launch_site(t)), "")
+            found.append(f"{kernel}{f' (launched at {site})' if site else ''} runs {n} blocks, where the "
+                         f"finished version's runs {m} ({m / n:.0f}× more): on a GPU most SMs would wait.")
         if m and n > BLOCK_FACTOR * m:
             idle = _idle(mine, kernel)
             site = next((launch_site(t) for t in mine if t.kernel == kernel and launch_site(t)), "")
@@ -182,9 +186,9 @@ def compare(ex: Exercise, fn) -> str | None:
     if not found:
         return None
     where = first_divergence(mine, theirs) if theirs else None
-    return (f"every case passes, but the kernel does far more work than the finished version on the case "
+    return (f"every case passes, but the kernel's work is far from the finished version's on the case "
             f"{case.name} ({shape}), counted on the emulator:\n"
             + "\n".join(f"- {x}" for x in found)
             + (f"\nobserved: {where}" if where else "")
-            + "\nThe outputs are right; what a GPU pays for is not. Do only the work the lesson's schedule "
-              "needs.")
+            + "\nThe outputs are right; what a GPU pays for is not. Do the work the lesson's schedule needs, "
+              "over the blocks it describes.")

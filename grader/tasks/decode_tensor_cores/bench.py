@@ -40,3 +40,9 @@ BENCH = [_case(B, ctx, T) for B, ctx in ((1, 32768), (1, 131072), (1, 524288), (
 COUNTER_CASE = BenchCase("counters: batch 4, context 2048", dict(B=4, T=1, H=8, Hkv=1, d=128, ctx=2048,
                                                                   page_size=16, dtype="bfloat16"),
                          bytes=kv_bytes(dict(B=4, Hkv=1, ctx=2048, d=128, dtype="bfloat16")))
+
+
+# What the work check counts (engine/work.py): one sequence, whose splits fill the GPU (blocks), each
+# block reading the pages of its context once per GQA group (reads), not the table's spare columns.
+WORK_CASE = BenchCase("work_gqa_4_context_3000", dict(B=1, T=1, H=8, Hkv=2, d=64, page_size=16, dtype="float16",
+                                                     lens="3000", max_pages=256))

@@ -18,3 +18,7 @@ COUNTER_CASE = BenchCase("counters_B1_H4_N512_d64", _COUNT, flops=attention_flop
 
 def tiles(p, config, inputs=None):
     return key_tiles(p, config)
+
+
+# What the work check counts (engine/work.py): a query tile reads each key tile once.
+WORK_CASE = BenchCase("work_B1_H2_Hkv1_N128x256_d32", dict(B=1, H=2, Hkv=1, Nq=128, Nk=256, d=32))

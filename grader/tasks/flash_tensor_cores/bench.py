@@ -16,3 +16,7 @@ BENCH = [
           dict(B=2, H=16, Hkv=16, Nq=4096, Nk=4096, d=128, dtype=dtype, causal=causal))
     for dtype in ("float16", "bfloat16") for causal in (False, True)
 ]
+
+
+# What the work check counts (engine/work.py): a causal mask leaves the key tiles above the diagonal empty.
+WORK_CASE = BenchCase("work_causal_B1_H2_N256_d64", dict(B=1, H=2, Hkv=1, Nq=256, Nk=256, d=64, dtype="float16", causal=True))

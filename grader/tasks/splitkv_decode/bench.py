@@ -21,3 +21,7 @@ BENCH = [
 
 # What `grader bench --backend cpu` counts on the emulator.
 COUNTER_CASE = _case("counters: batch 4, context 4096", B=4, H=8, Hkv=2, d=128, ctx=4096)
+
+
+# What the work check counts (engine/work.py): a block reads its split of a context, not the whole cache (max_len = 400).
+WORK_CASE = BenchCase("work_contexts_300_40_0_max_400", dict(B=3, H=4, Hkv=2, d=64, lens="300/40/0", max_len=400))

@@ -55,3 +55,7 @@ BENCH = [
     BenchCase("idle blocks: 64 one-token prompts, max_seqlen 4096", dict(B=64, H=16, Hkv=4, d=128, lens="1",
               max_seqlen=4096), flops=useful_flops(dict(B=64, H=16, d=128, lens="1")), baselines={"solution, grid fitted (1 tile)": fitted_grid}),
 ]
+
+
+# What the work check counts (engine/work.py): each sequence's query tiles read its own keys, and causal ones only up to the diagonal.
+WORK_CASE = BenchCase("work_causal_lens_200_64_1", dict(B=3, H=2, Hkv=1, d=32, lens="200/64/1", causal=True))
