@@ -298,11 +298,16 @@ class CheckRun:
         """The submission's kernel left a CUDA error: a failed case (exit 1), and no more cases run
         (the context is lost). The parent re-runs this case on the CPU emulator for its line."""
         self.stop_reason = "not run: an earlier case crashed the GPU context"
+        # What the error's own name tells; an unspecified launch failure (a trap, an mbarrier misused)
+        # names nothing, and the emulator's run of the case, appended by the parent, says what it saw.
+        if "illegal" in error.lower() or "misaligned" in error.lower():
+            meaning = ("An illegal or misaligned address means an index ran outside an array (or a pointer "
+                       "cast to a wider type than its alignment). ")
+        else:
+            meaning = "The GPU names no place or cause for this error. "
         return CaseResult(case.name, False, params=dict(case.params), kind="crash",
                           message=(f"the kernel crashed on the GPU in case {case.name}: {error.removeprefix('your code raised ')}\n"
-                                   "An illegal or misaligned address means an index ran outside an array (or "
-                                   "a pointer cast to a wider type than its alignment). The CUDA context is "
-                                   "lost, so the remaining cases were not run."))
+                                   f"{meaning}The CUDA context is lost, so the remaining cases were not run."))
 
     def _fatal(self, message: str):
         self.emit(event="fatal", message=message)

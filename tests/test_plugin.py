@@ -55,3 +55,18 @@ def test_without_exercise_the_plugin_stays_out_of_the_way(tmp_path):
     (tmp_path / "test_x.py").write_text("def test_x():\n    assert True\n")
     out = plugin(str(tmp_path), cwd=tmp_path)
     assert out.returncode == 0 and "1 passed" in out.stdout
+
+
+def test_a_gpu_crash_says_what_its_error_means_and_no_more():
+    """An illegal address is an index out of an array; an unspecified launch failure (blind batch 24's
+    over-arriving mbarrier on an H200) names nothing, and the message does not say it does."""
+    from types import SimpleNamespace
+    from grader.plugin import CheckRun
+    from grader.spec import Case
+    case = Case("tiny", {"B": 1})
+    run = SimpleNamespace(stop_reason=None)
+    bad = CheckRun._crashed(run, case, "CUDARuntimeError: cudaErrorIllegalAddress: an illegal memory access")
+    assert "An illegal or misaligned address means an index ran outside an array" in bad.message
+    vague = CheckRun._crashed(run, case, "CUDARuntimeError: cudaErrorLaunchFailure: unspecified launch failure")
+    assert "illegal" not in vague.message.split("\n", 1)[1] and "names no place or cause" in vague.message
+    assert vague.kind == "crash" and run.stop_reason.startswith("not run")
