@@ -304,3 +304,25 @@ def test_a_hang_on_an_mbarrier_counts_its_arrivals_and_names_the_last(tmp_path):
     assert ("Since its init it has had 128 arrival(s), from 128 thread(s), at 4 per phase; the last by "
             "thread 255 at every_lane.py:") in case["message"], case["message"]
     assert f"(called from every_lane.py:{line})." in case["message"], case["message"]
+
+
+@pytest.mark.slow
+def test_a_gpu_failure_takes_the_emulators_cause_beside_a_fault_in_a_later_case(tmp_path):
+    """01's row loop to j <= n (blind batch 24): on the emulator the first failing case's error is the
+    replayed cause, and a later case reads past x's end (a fault). The GPU's first failure, which its
+    garbage past the end kept from matching the replay, takes the emulator's cause too, not only the
+    note of the later fault."""
+    from grader.engine.check import confirm_on_emulator
+    from grader.engine.runner import CaseResult, select_cases
+    ex = catalogue.resolve("01_online_softmax")
+    f, _ = planted(tmp_path, "    for (int j = lane; j < n; j += 32)\n",
+                   "    for (int j = lane; j <= n; j += 32)\n", "past_end.py", ex)
+    cpu = run_check(ex, f, "cpu", 7, shrink=False)
+    first = next(c for c in cpu["cases"] if not c["passed"])
+    assert first["name"] == "one_element" and first["cause"] == "row_bound:one_past_end"
+    gpu_said = "y: relative error 0.166 > 2e-05\nno replayed bug reproduces this error."
+    ordered = [CaseResult(c.name, False, params=dict(c.params), kind="checked", message=gpu_said)
+               for c in select_cases(ex, None, None)]
+    note = confirm_on_emulator(ex, f, 7, ordered, None, None)
+    assert ordered[0].cause == "row_bound:one_past_end" and "likely cause:" in ordered[0].message
+    assert "It is in case " in note and "out-of-bounds read of argument 1 (float* x)" in note, note

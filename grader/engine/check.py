@@ -480,6 +480,11 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
         return (f"confirmed on the CPU emulator on {shown} case(s), the smallest and the smallest of each head "
                 f"dim, dtype and masking{also} (seed {seed}): no data race "
                 "between a block's threads and no out-of-bounds access was found there.")
+    if failing is not None and ordered[failing].name != fault["name"]:
+        # The GPU's first failure is shown first: what the emulator says of it too (01's loop one past
+        # the row: a cause on the CPU, where the read past the end gives the guard's bytes, not the
+        # GPU's garbage), beside the fault it found in a later case.
+        _named_on_emulator(ordered[failing], report, seed)
     r = next(r for r in ordered if r.name == fault["name"])
     was = "passes on the GPU" if r.passed else "gives wrong numbers on the GPU"
     r.passed, r.kind, r.cause = False, fault["kind"], None
