@@ -326,3 +326,18 @@ def test_a_gpu_failure_takes_the_emulators_cause_beside_a_fault_in_a_later_case(
     note = confirm_on_emulator(ex, f, 7, ordered, None, None)
     assert ordered[0].cause == "row_bound:one_past_end" and "likely cause:" in ordered[0].message
     assert "It is in case " in note and "out-of-bounds read of argument 1 (float* x)" in note, note
+
+
+@pytest.mark.slow
+def test_a_named_barrier_used_by_more_threads_than_its_count_is_named(tmp_path):
+    """Module 14's barrier after the dS stores counted 128 threads where both consumers' 256 use it (blind
+    batch 25): each warpgroup could pass alone and read the other's dS before it was stored. An H200 and
+    the emulator's small cases passed it; one case on the CPU failed with wrong numbers and no place.
+    The emulator now names the barrier at the first thread past its count."""
+    ex = catalogue.resolve("14_backward_hopper")
+    f, line = planted(tmp_path, 'asm volatile("bar.sync 1, 256;" ::: "memory");',
+                      'asm volatile("bar.sync 1, 128;" ::: "memory");', "bar_count.py", ex)
+    case = first_failure(f, "tiny", ex)
+    assert case["kind"] == "error", case
+    assert case["message"].startswith(f"bar_count.py:{line}: flash_backward_hopper: bar.sync 1, 128: thread ")
+    assert "-th different thread to use barrier 1 with a count of 128" in case["message"]
