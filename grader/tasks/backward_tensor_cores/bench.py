@@ -35,3 +35,10 @@ def _case(d, dtype, causal):
 
 
 BENCH = [_case(d, dtype, causal) for d in (128, 64) for dtype in ("float16", "bfloat16") for causal in (False, True)]
+
+
+# What the work check counts (engine/work.py): under a causal mask, each key tile's loop over query
+# tiles starts at the diagonal; a loop over every query tile reads 1.6 times the q and dO here (at
+# N = 256 it would be 1.33 times, inside the check's allowance).
+WORK_CASE = BenchCase("work_causal_B1_H1_N512_d64", dict(B=1, H=1, Hkv=1, Nq=512, Nk=512, d=64, dtype="float16",
+                                                        causal=True))
