@@ -2,7 +2,7 @@
 of mostly idle blocks, key tiles a mask or causality leaves empty loaded anyway). Its outputs cannot
 show that, and a timing would depend on the machine and its load. So, on the task's WORK_CASE (its
 bench.py), the submission and the finished version run traced on the emulator, and what a GPU would pay
-for is counted: the blocks each kernel launches, and the bytes of each array argument its blocks read.
+for is counted: the blocks each kernel launches, and the bytes of each input array its blocks read.
 Where the submission exceeds the finished version by the factors below, the check fails on a case of
 its own ("work"), with the counts and the first place where the two traces part (trace.py), with its
 line: an observation, never a cause. The counts come from the emulator, so the verdict is the same on
