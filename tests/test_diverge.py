@@ -244,7 +244,7 @@ def test_an_access_inside_a_helper_is_placed_at_the_students_call(tmp_path):
     call = next(i for i, t in enumerate(text, 1) if "atomic_add2(" in t and "__device__" not in t)
     case = first_failure(f, "tiny", ex)
     said = case["divergence"]
-    assert said and f"at line {add} `atomicAdd(" in said and f"(in `atomic_add2`, called at line {call})" in said, said
+    assert said and f"at line {add} `atomicAdd(" in said and f"(in `atomic_add2`, called at line {call} `" in said, said
 
 
 @pytest.mark.slow

@@ -78,8 +78,9 @@ def _input_names(ex: Exercise, case: Case) -> set[str]:
 
 
 def _heaviest_line(traces: list, name: str) -> str | None:
-    """The student's line that reads the most bytes of array `name`, as 'line N `text`'."""
-    from ..runtimes.cpu.trace import _source
+    """The student's line that reads the most bytes of array `name` ('line N `text`', with the line that
+    called the function holding it, where there is one)."""
+    from ..runtimes.cpu.trace import _where
     per: dict[str, int] = {}
     for t in traces:
         for slot, (n, _, _) in enumerate(t.arrays):
@@ -87,13 +88,10 @@ def _heaviest_line(traces: list, name: str) -> str | None:
                 continue
             r = t.records[(t.records["write"] == 0) & (t.records["arg"] == slot)]
             for w in np.unique(r["where"]):
-                place = t.lines.get(int(w))
-                if place and place.startswith(t.student + ":"):
-                    per[place] = per.get(place, 0) + int(r["size"][r["where"] == w].sum())
-    if not per:
-        return None
-    place = max(per, key=per.get)
-    return f"line {place.rsplit(':', 1)[1]}{_source(place)}"
+                if t.lines.get(int(w), "").startswith(t.student + ":"):
+                    said = _where(t, int(w))
+                    per[said] = per.get(said, 0) + int(r["size"][r["where"] == w].sum())
+    return max(per, key=per.get) if per else None
 
 
 def _mb(n: int) -> str:

@@ -42,6 +42,7 @@ class LaunchTrace:
     final: dict = None             # array slot -> its contents after the launch (the arrays it wrote)
     stack: tuple = ()              # (file, line, text) of the Python frames of the launch, outermost first
     maps: tuple = ()               # its tensor-map parameters: what TMA copies through them is not traced
+    calls: dict = None             # where -> the student's line that called the inlined function holding it
 
 
 def take(kernel, lib, args, arg_slot, grid, block, views=None) -> LaunchTrace:
@@ -72,13 +73,21 @@ def take(kernel, lib, args, arg_slot, grid, block, views=None) -> LaunchTrace:
     lines = {r: named.get(pc, "?") for r, pc in pcs.items()}
     # An access inside a function the emulator provides (atomicAdd, in its own headers) is the
     # student's line that the function was inlined into: a line of another file means nothing to them.
-    theirs = [r for r, w in lines.items() if w != "?" and not w.startswith(base + ":")]
-    if theirs:
-        chains = addr2line(str(kernel._module._built.path), [pcs[r] for r in theirs])
-        for r, chain in zip(theirs, chains):
-            mine = next((n for n in (student_line(f, k, student) for f, k in chain) if n is not None), None)
-            if mine is not None:
-                lines[r] = f"{base}:{mine}"
+    # Each access's inline chain: where a helper of the student's file (or one of the emulator's own,
+    # atomicAdd) was inlined, the student's line that called it is the place that says which call.
+    known = [r for r, w in lines.items() if w != "?"]
+    calls = {}
+    if known:
+        chains = addr2line(str(kernel._module._built.path), [pcs[r] for r in known])
+        for r, chain in zip(known, chains):
+            mine = [n for n in (student_line(f, k, student) for f, k in chain) if n is not None]
+            if not mine:
+                continue
+            if not lines[r].startswith(base + ":"):
+                lines[r] = f"{base}:{mine[0]}"
+            caller = next((n for n in mine[1:] if n != mine[0]), None)
+            if caller is not None:
+                calls[r] = caller
     lines = {r: student + w[len(base):] if w.startswith(base + ":") else w for r, w in lines.items()}
     for w in np.unique(recs["where"]):
         if int(w) & _LINE:
@@ -97,7 +106,7 @@ def take(kernel, lib, args, arg_slot, grid, block, views=None) -> LaunchTrace:
     final = {slot: np.array(views[slot]) for slot in written} if views is not None else {}
     return LaunchTrace(kernel.name, tuple(grid), tuple(block), arrays, recs, lines,
                        bool(lib.cudaemu_trace_cut()), snaps, data, student, final, _python_stack(),
-                       tuple(p.name for p in kernel.params if "TensorMap" in p.ctype))
+                       tuple(p.name for p in kernel.params if "TensorMap" in p.ctype), calls)
 
 
 def _python_stack() -> tuple:
@@ -175,13 +184,12 @@ def _source(where: str) -> str:
 KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "static_assert", "defined"}
 
 
-def helper_calls(file: str, line: int) -> str:
-    """' (in `f`, called at line N)' where `line` is inside a __device__ function `f` of the file's
-    kernel source, found by reading the source (an access is traced at its own line, which in a
-    helper says nothing of which call made it): the lines that call `f`, up to three; else ''."""
+def _enclosing_function(file: str, line: int):
+    """(name, first line of its signature, line of its opening brace) of the __device__ function of
+    the file's kernel source that holds `line`, read from the source; None elsewhere."""
     lines = linecache.getlines(file)
     if not 0 < line <= len(lines):
-        return ""
+        return None
     opener, depth = None, 0
     for n in range(line - 1, 0, -1):                 # upward: the outermost brace still open at `line`
         text = lines[n - 1]
@@ -196,17 +204,26 @@ def helper_calls(file: str, line: int) -> str:
                 else:
                     opener = n
     if opener is None:
-        return ""
+        return None
     start = opener
     while start > 1 and not re.search(r"[;}]\s*$|^\s*(#|//)|\"\"\"", lines[start - 2]):
         start -= 1                                   # the signature may span lines above the brace
     signature = " ".join(lines[k - 1].split("//")[0] for k in range(start, opener + 1))
     if "__device__" not in signature or "__global__" in signature:
-        return ""
+        return None
     names = [m for m in re.findall(r"\b([A-Za-z_]\w*)\s*\(", signature) if m not in KEYWORDS]
-    if not names:
+    return (names[0], start, opener) if names else None
+
+
+def helper_calls(file: str, line: int) -> str:
+    """' (in `f`, called at line N)' where `line` is inside a __device__ function `f` of the file's
+    kernel source, found by reading the source (an access is traced at its own line, which in a
+    helper says nothing of which call made it): the lines that call `f`, up to three; else ''."""
+    found = _enclosing_function(file, line)
+    if found is None:
         return ""
-    name = names[0]
+    name, start, opener = found
+    lines = linecache.getlines(file)
     call = re.compile(rf"(?<![\w.]){name}\s*(<[^;(){{}}]*>)?\s*\(")
     sites = [n for n, text in enumerate(lines, 1)
              if not start <= n <= opener and call.search(text.split("//")[0])
@@ -216,10 +233,22 @@ def helper_calls(file: str, line: int) -> str:
     return f" (in `{name}`, called at line{'s' if len(sites) > 1 else ''} {', '.join(map(str, sites))})"
 
 
-def _where(lines: dict, w: int) -> str:
-    place = lines.get(int(w), "?")
-    shown = place.rsplit("/", 1)[-1]
-    return f"line {shown.rsplit(':', 1)[-1]}{_source(place)}" if place != "?" else "a line the emulator could not find"
+def _where(a: "LaunchTrace", w: int) -> str:
+    """'line N `text`' of an access, with the line that called the function holding it, where the
+    inline chain gives one (else the call sites the source shows, helper_calls)."""
+    place = a.lines.get(int(w), "?")
+    if place == "?":
+        return "a line the emulator could not find"
+    file, _, line = place.rpartition(":")
+    caller = (a.calls or {}).get(int(w))
+    if caller is None or not line.isdigit():
+        return f"line {line}{_source(place)}"
+    text = linecache.getline(file, int(line)).strip()
+    up = linecache.getline(file, caller).strip()
+    found = _enclosing_function(file, int(line))
+    function = f"`{found[0]}`" if found else "a function"
+    return (f"line {line}" + (f" `{text}`" if text else "")
+            + f" (in {function}, called at line {caller}" + (f" `{up}`" if up else "") + ")")
 
 
 def _stopped_at(a: LaunchTrace, ra: np.ndarray, blk: int, thread: int, name: str, verb: str) -> str:
@@ -229,9 +258,9 @@ def _stopped_at(a: LaunchTrace, ra: np.ndarray, blk: int, thread: int, name: str
     array, reads or writes as `verb` says."""
     mine = ra[(ra["block"] == blk) & (ra["thread"] == thread)]
     if len(mine):
-        return f"; its last {verb[:-1]} of {name} is at {_where(a.lines, mine['where'][-1])}"
+        return f"; its last {verb[:-1]} of {name} is at {_where(a, mine['where'][-1])}"
     if len(ra):
-        return f"; the launch's other threads {verb[:-1]} {name} at {_where(a.lines, ra['where'][0])}"
+        return f"; the launch's other threads {verb[:-1]} {name} at {_where(a, ra['where'][0])}"
     at = f" (launched at {launch_site(a)})" if launch_site(a) else ""
     return f"; no thread of this launch{at} {verb} any element of {name}"
 
@@ -273,7 +302,7 @@ def _first_step_only(mine: list[LaunchTrace], theirs: list[LaunchTrace]) -> str 
                     if step is None:
                         continue
                     thread, k, mine_e, their_e, where = step
-                    at = f" ({_where(a.lines, where)})" if where is not None else ""
+                    at = f" ({_where(a, where)})" if where is not None else ""
                     return (f"first divergence from the finished version, traced on the emulator up to the "
                             f"fault: in {which}, block {_block_coords(int(blk), a.grid)}, thread {thread}'s "
                             f"{_nth(k)} {verb[:-1]} of an element of {name} is "
@@ -322,7 +351,7 @@ def _first_shared_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace])
                                & (a.records["off"] <= byte) & (a.records["off"] + a.records["size"] > byte)]
             if len(stores):
                 last = stores[-1]
-                wrote = (f"; the last store to it before that barrier is at {_where(a.lines, last['where'])}, "
+                wrote = (f"; the last store to it before that barrier is at {_where(a, last['where'])}, "
                          f"by thread {int(last['thread'])}")
             else:
                 wrote = "; no ordinary store wrote it before that barrier (a copy did, or nothing)"
@@ -407,7 +436,7 @@ def _first_value_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) 
                     f"reads and writes the same global elements as the finished version's{_unseen(a, b)}, and its "
                     "shared memory holds the same values at every __syncthreads(); the first stored value that differs, "
                     f"{describe(name, shape, np.array([e]))} = {_val(xf[e])} (the finished version stores "
-                    f"{_val(yf[e])}), is stored at {_where(a.lines, last['where'])} by thread {int(last['thread'])} "
+                    f"{_val(yf[e])}), is stored at {_where(a, last['where'])} by thread {int(last['thread'])} "
                     f"of block {_block_coords(blk, a.grid)}{before}{other}. So the values part in registers: in what that "
                     f"thread computes before the store, or in values it keeps in registers across the barriers{copies}.")
     return None
@@ -434,7 +463,7 @@ def written_by_two_blocks(mine: list[LaunchTrace]) -> str | None:
             two = pairs[pairs[:, 0] == e][:2, 1]
             recs = [r[int(pos[np.flatnonzero((elems == e) & (blocks == blk))[0]])] for blk in two]
             who = [f"block {_block_coords(int(blk), a.grid)} (thread {int(rec['thread'])}" for blk, rec in zip(two, recs)]
-            at = [_where(a.lines, rec["where"]) for rec in recs]
+            at = [_where(a, rec["where"]) for rec in recs]
             said = (f"{who[0]}) and {who[1]}), both at {at[0]}" if at[0] == at[1] else
                     f"{who[0]}, at {at[0]}) and {who[1]}, at {at[1]})")
             return (f"traced on the emulator: in {which}, {describe(name, shape, np.array([e]))} is stored by two "
@@ -508,7 +537,7 @@ def first_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace], partial
             if step is not None:
                 thread, k, mine_e, their_e, where = step
                 nth = _nth(k)
-                at = f" ({_where(a.lines, where)})" if where is not None else ""
+                at = f" ({_where(a, where)})" if where is not None else ""
                 verb1 = verb[:-1]
                 if mine_e is None:
                     part.append(f"(thread {thread} stops after {k} {verb1}(s) of elements of {name}, where the "
