@@ -493,8 +493,8 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
                  f"reruns the threads and blocks in other orders, names what is wrong:\n{lines}")
     # Where the GPU failed an earlier case, that one is shown first: the note says where the fault is.
     first_line = fault["message"].splitlines()[0] if fault["message"] else ""
-    named = (f" It is in case {r.name}: {first_line}" if failing is not None and first_line
-             and ordered[failing].name != r.name else "")
+    shown = next(c for c in ordered if not c.passed and c.kind != "not_run")
+    named = f" It is in case {r.name}: {first_line}" if first_line and shown.name != r.name else ""
     return ("the CPU emulator found a fault the GPU ran without complaint: a GPU can give right (or wrong) "
             f"numbers with a data race or an out-of-bounds access. Fix what the emulator names.{named}")
 
