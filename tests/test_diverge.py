@@ -341,3 +341,17 @@ def test_a_named_barrier_used_by_more_threads_than_its_count_is_named(tmp_path):
     assert case["kind"] == "error", case
     assert case["message"].startswith(f"bar_count.py:{line}: flash_backward_hopper: bar.sync 1, 128: thread ")
     assert "-th different thread to use barrier 1 with a count of 128" in case["message"]
+
+
+def test_the_function_holding_a_line_is_found_on_one_line_too():
+    """09's load4 is a whole function on one line: an access there is said 'in `load4`', with the call
+    the inline chain gives (a name read from the source, above or on the line)."""
+    from grader.runtimes.cpu.trace import _enclosing_function
+    f = str(ROOT / "solutions" / "09_flash_backward.py")
+    lines = open(f).read().splitlines()
+    one = next(i for i, t in enumerate(lines, 1) if "float4 load4(" in t)
+    assert _enclosing_function(f, one) == ("load4", one, one)
+    f11 = str(ROOT / "solutions" / "11_backward_tensor_cores.py")
+    lines = open(f11).read().splitlines()
+    inside = next(i for i, t in enumerate(lines, 1) if "atomicAdd(reinterpret_cast<float2*>(dst)" in t)
+    assert _enclosing_function(f11, inside)[0] == "atomic_add2"

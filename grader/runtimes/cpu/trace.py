@@ -190,6 +190,10 @@ def _enclosing_function(file: str, line: int):
     lines = linecache.getlines(file)
     if not 0 < line <= len(lines):
         return None
+    own = lines[line - 1].split("//")[0]
+    if "__device__" in own and "{" in own:           # a function on one line: `__device__ f(..) { .. }`
+        names = [m for m in re.findall(r"\b([A-Za-z_]\w*)\s*\(", own.split("{")[0]) if m not in KEYWORDS]
+        return (names[0], line, line) if names else None
     opener, depth = None, 0
     for n in range(line - 1, 0, -1):                 # upward: the outermost brace still open at `line`
         text = lines[n - 1]
