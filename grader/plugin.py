@@ -259,7 +259,8 @@ class CheckRun:
             return
         from .engine import work
         from .runtimes.cpu.build import find_compiler
-        if not work.enabled() or work.work_case(self.ex) is None or find_compiler() is None:
+        case = work.work_case(self.ex)
+        if not work.enabled() or case is None or find_compiler() is None:
             return
         self.emit(event="explore", case="work")       # its runs have their own budget
         try:
@@ -267,13 +268,8 @@ class CheckRun:
         except KeyboardInterrupt:
             return
         if text:
-            from .engine.runner import untouched
-            left = sorted(untouched(self.ex, self.path) or [])
-            if left:      # a stub's placeholder can be right and slow (03's kv_end = n_k)
-                text += (f"\nnote: your file still has {', '.join(f'TODO({k})' for k in left)} as the stub has "
-                         f"{'it' if len(left) == 1 else 'them'} (nothing written after the comment): the stub's "
-                         "placeholder there may be what does this work.")
-            self.emit(event="work", text=text, params=work.work_case(self.ex).params)
+            from .engine.runner import todos_left
+            self.emit(event="work", text=text + todos_left(self.ex, self.path, work=True), params=case.params)
 
     def _run_case(self, case, fn, rt) -> CaseResult:
         keep: dict = {}

@@ -244,18 +244,21 @@ def untouched(ex: Exercise, path: Path) -> list | None:
         return None
 
 
-def todos_left(ex: Exercise, path: Path) -> str:
+def todos_left(ex: Exercise, path: Path, work: bool = False) -> str:
     """A failure of a file that still holds TODOs as the stub has them: which ones. Mid-way through a
     module, what a case waits for or reads (a barrier's arrival, a stage's release, a stored value)
     may be the work of a TODO not written yet; a message that names a line of written code as the
-    place says nothing of them otherwise."""
+    place says nothing of them otherwise. `work`: the work check's failure, where a stub's
+    placeholder can be right and slow (03's kv_end = n_k)."""
     left = sorted(untouched(ex, path) or [])
     if not left:
         return ""
     todos = ", ".join(f"TODO({k})" for k in left)
-    return (f"\nnote: your file still has {todos} as the stub has {'it' if len(left) == 1 else 'them'} "
-            "(nothing written after the comment): what this case waits for or reads may be the work of "
-            f"{'that TODO' if len(left) == 1 else 'one of them'}.")
+    one = len(left) == 1
+    why = ("the stub's placeholder there may be what does this work." if work else
+           f"what this case waits for or reads may be the work of {'that TODO' if one else 'one of them'}.")
+    return (f"\nnote: your file still has {todos} as the stub has {'it' if one else 'them'} "
+            f"(nothing written after the comment): {why}")
 
 
 def not_implemented_message(ex: Exercise, path: Path) -> str:

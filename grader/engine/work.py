@@ -1,11 +1,11 @@
 """The work check: a kernel whose every case passes can still do far more than the exercise asks (a grid
 of mostly idle blocks, key tiles a mask or causality leaves empty loaded anyway). Its outputs cannot
 show that, and a timing would depend on the machine and its load. So, on the task's WORK_CASE (its
-bench.py), the submission and the finished version run traced on the emulator, and what a GPU would pay
-for is counted: the blocks each kernel launches, and the bytes of each input array its blocks read.
-Where the submission exceeds the finished version by the factors below, the check fails on a case of
-its own ("work"), with the counts and the first place where the two traces part (trace.py), with its
-line: an observation, never a cause. The counts come from the emulator, so the verdict is the same on
+bench.py), the submission runs traced on the emulator, and what a GPU would pay for is counted: the
+blocks each kernel launches, and the bytes of each input array its blocks read. Where these are far
+from the finished version's counts (recorded in grader/data/work_counts.json) by the factors below, the
+check fails on a case of its own ("work"), with the counts and, where the finished version is installed,
+the first place where the two traces part (trace.py), with its line: an observation, never a cause. The counts come from the emulator, so the verdict is the same on
 every machine and under any load.
 
 GRADER_WORK=0 turns it off (the grader's own tests, which check solutions many times over).
@@ -106,14 +106,28 @@ def counts(traces: list) -> dict:
     return {"blocks": _blocks(traces), "reads": _reads(traces)}
 
 
-def finished_counts(ex: Exercise) -> dict:
-    """The finished version's counts on the task's WORK_CASE, run here (it needs solutions/ID.py)."""
+def _finished_traces(ex: Exercise, case: Case) -> list | None:
+    """The finished version's launches traced on `case`, or None where it is not installed (a release,
+    an autograder) or its trace was cut."""
     from ..release import solution_path
     from .diverge import _traced_run
     from .runner import load_exercise_function
+    try:
+        sol = Path(solution_path(ex.id, "counting the work"))
+    except GraderError:
+        return None
+    if not sol.is_file():
+        return None
+    traces, _ = _traced_run(ex, load_exercise_function(ex, sol), case, WORK_SEED)
+    return None if not traces or any(t.cut for t in traces) else traces
+
+
+def finished_counts(ex: Exercise) -> dict:
+    """The finished version's counts on the task's WORK_CASE, run here (it needs solutions/ID.py)."""
     case = work_case(ex)
-    traces, _ = _traced_run(ex, load_exercise_function(ex, Path(solution_path(ex.id, "counting the work"))),
-                            case, WORK_SEED)
+    traces = _finished_traces(ex, case)
+    if traces is None:
+        raise GraderError(f"counting the work of {ex.id} needs its finished version, solutions/{ex.id}.py")
     return {"case": case.name, **counts(traces)}
 
 
@@ -142,23 +156,11 @@ def compare(ex: Exercise, fn) -> str | None:
     the submission faults on the case, which its own cases would have shown). The finished version's
     counts are the recorded ones; it runs only for a finding's first divergence (a release or an
     autograder, which ship no finished version, get the finding without it)."""
-    from ..release import solution_path
     from ..runtimes.cpu.trace import first_divergence, launch_site
     from .diverge import _student_lines, _traced_run
-    from .runner import load_exercise_function
     case = work_case(ex)
     if case is None or not enabled():
         return None
-    try:
-        sol = Path(solution_path(ex.id, "counting the work"))
-        sol = sol if sol.is_file() else None
-    except GraderError:
-        sol = None
-
-    def finished():
-        traces, _ = _traced_run(ex, load_exercise_function(ex, sol), case, WORK_SEED)
-        return None if not traces or any(t.cut for t in traces) else traces
-
     mine, faulted = _traced_run(ex, fn, case, WORK_SEED)
     if faulted or not mine or any(t.cut for t in mine):
         return None
@@ -168,7 +170,7 @@ def compare(ex: Exercise, fn) -> str | None:
     theirs = None
     reference = stored_counts(ex)
     if reference is None:
-        theirs = finished() if sol is not None else None
+        theirs = _finished_traces(ex, case)
         if theirs is None:
             return None
         reference = counts(theirs)
@@ -177,13 +179,12 @@ def compare(ex: Exercise, fn) -> str | None:
     blocks_mine, blocks_theirs = _blocks(mine), reference["blocks"]
     for kernel, n in blocks_mine.items():
         m = blocks_theirs.get(kernel) or (sum(blocks_theirs.values()) if len(blocks_mine) == 1 else None)
+        site = next((launch_site(t) for t in mine if t.kernel == kernel and launch_site(t)), "")
         if m and BLOCK_FACTOR * n < m:
-            site = next((launch_site(t) for t in mine if t.kernel == kernel and launch_site(t)), "")
             found.append(f"{kernel}{f' (launched at {site})' if site else ''} runs {n} blocks, where the "
                          f"finished version's runs {m} ({m / n:.0f}× more): on a GPU most SMs would wait.")
         if m and n > BLOCK_FACTOR * m:
             idle = _idle(mine, kernel)
-            site = next((launch_site(t) for t in mine if t.kernel == kernel and launch_site(t)), "")
             advice = (" Size the grid from the rows (or tiles) each block computes." if 2 * idle >= n else "")
             found.append(f"{kernel}{f' (launched at {site})' if site else ''} runs {n} blocks, where the "
                          f"finished version's runs {m} ({n / m:.0f}×); {idle} of them read and write no "
@@ -198,8 +199,8 @@ def compare(ex: Exercise, fn) -> str | None:
                          f"({n / m:.2f}×){f'; most of it at {line}' if line else ''}.")
     if not found:
         return None
-    if theirs is None and sol is not None:
-        theirs = finished()
+    if theirs is None:
+        theirs = _finished_traces(ex, case)
     where = first_divergence(mine, theirs) if theirs else None
     return (f"every case passes, but the kernel's work is far from the finished version's on the case "
             f"{case.name} ({shape}), counted on the emulator:\n"
