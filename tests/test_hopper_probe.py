@@ -248,3 +248,19 @@ def test_wgmma_reading_shared_memory_nothing_wrote_is_named(rt):
     assert src.count("cp.async.bulk.tensor") == 1
     msg = fault_of(rt, src)
     assert "reads B" in msg and "nothing has written since the block started" in msg
+
+
+def test_a_registers_overwritten_before_the_wait_are_named(rt):
+    # P's array outlives the loop: each step's wgmma reads the newest values (no fault), then one
+    # register changes after the last wgmma and before the wait that covers it (a fault).
+    src = PROBE.replace("    for (int kk = 0; kk < 4; ++kk) {\n        unsigned a[4];",
+                        "    unsigned a[4];\n    for (int kk = 0; kk < 4; ++kk) {")
+    a, b = inputs()
+    B = b[0].astype(np.float64)
+    raw, d1, d2 = run_probe_source(rt, src, a, b)
+    assert close(d2, p_matrix() @ B, np.abs(p_matrix()) @ np.abs(B)).all()
+    tail = '    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");\n' \
+           '    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");\n    store(d2, e);'
+    assert src.count(tail) == 1
+    msg = fault_of(rt, src.replace(tail, "    a[0] ^= 1u;\n" + tail))
+    assert "register 0 of A" in msg and "overwritten" in msg and "C7513" in msg

@@ -819,16 +819,19 @@ def _wgmma(ctx, m, ops):
              _flag(ctx, ops[4], "0x2000", "scale"), _flag(ctx, ops[5], "0x4000", "scale")]
     if a_regs:
         flags.append(_flag(ctx, ops[6], "0x1000", "trans"))
-        av = [f"(uint32_t)({_src(ctx, x)})" for x in _vec(ctx, ops[1], 4, "A (four registers)")]
+        a_ops = _vec(ctx, ops[1], 4, "A (four registers)")
+        av = [f"(uint32_t)({_src(ctx, x)})" for x in a_ops]
+        a_src = [_a_source(ctx, x) for x in a_ops]
         desc_a = "0ull"
     else:
         flags += [_flag(ctx, ops[6], "0x800", "trans"), _flag(ctx, ops[7], "0x1000", "trans")]
         av = ["0u"] * 4
+        a_src = ["nullptr"] * 4
         desc_a = _src(ctx, ops[1])
     param = " | ".join(f"({f})" for f in flags)
     w = "__cudaemu_w"
     lines = [f"__cudaemu_wgmma_lane {w};", f"{w}.desc_a = {desc_a};", f"{w}.desc_b = {_src(ctx, ops[2])};"]
-    lines += [f"{w}.a[{i}] = {v};" for i, v in enumerate(av)]
+    lines += [f"{w}.a[{i}] = {v}; {w}.a_src[{i}] = {src};" for i, (v, src) in enumerate(zip(av, a_src))]
     lines.append(f"{w}.scale_d = ({_src(ctx, ops[3])}) != 0;")
     for i, x in enumerate(d):
         lines.append(f"{w}.c[{i}] = (uint32_t)({_op_local(ctx, x[1])}); "
@@ -837,6 +840,27 @@ def _wgmma(ctx, m, ops):
     # The accumulators are the tensor cores' until a wgmma.wait_group covers this instruction.
     lines += [f"{_op_local(ctx, x[1])} = __cudaemu_ptx::UNSET;" for x in d]
     return "{ " + " ".join(lines) + " }"
+
+
+# An lvalue held in a caller's storage: a name declared as a reference or a pointer, indexed or not.
+_A_LVALUE = re.compile(r"\s*([A-Za-z_]\w*)\s*(?:\[[^\[\]]*\]\s*)*")
+
+
+def _a_source(ctx, x) -> str:
+    """Where a register of wgmma's A comes from, for the wait that covers it to check that it did not
+    change meanwhile: the address of its variable when that outlives the call that issues the wgmma (a
+    reference or pointer parameter's element, as in a helper `wgmma_o(acc, const unsigned (&a)[4],
+    ...)`), else nullptr (not watched)."""
+    if x[0] != "op":
+        return "nullptr"
+    o = ctx.stmt.operands[x[1]]
+    m = _A_LVALUE.fullmatch(o.expr)
+    if o.output or not m:
+        return "nullptr"
+    base = m.group(1)
+    outlives = (f"(std::is_reference<decltype({base})>::value || "
+                f"std::is_pointer<typename std::remove_reference<decltype({base})>::type>::value)")
+    return f"__cudaemu_ptx::a_source<{outlives}>(&({o.expr}))"
 
 
 def _selp(ctx, m, ops):

@@ -11,6 +11,7 @@
 struct __cudaemu_wgmma_lane {
   uint64_t desc_a, desc_b;
   uint32_t a[4];
+  const void* a_src[4];    // where A's registers live while the wgmma runs (nullptr: not watched)
   uint32_t scale_d;        // 0: D = A B; otherwise D = A B + D
   uint32_t c[128];         // the accumulators' bits at issue
   float* out[128];         // the variables the accumulators live in

@@ -64,6 +64,12 @@ __CUDAEMU_INLINE void bulk_group(long long n, const char* file, int line) {
   __cudaemu_bulk_group(n, file, line);
 }
 __CUDAEMU_INLINE void fence_proxy_async() { __cudaemu_fence_proxy_async(); }
+// The address of a register of wgmma's A, watched until the wait that covers the wgmma (Track: the
+// variable outlives the helper that issues it), else nullptr.
+template <bool Track, class T>
+__CUDAEMU_INLINE const void* a_source(const T* p) {
+  return Track && sizeof(T) == 4 ? (const void*)p : nullptr;
+}
 __CUDAEMU_INLINE void wgmma(int param, __cudaemu_wgmma_lane* lane, const char* file, int line) {
   __cudaemu_wgmma(param, lane, file, line);
 }
