@@ -355,3 +355,25 @@ def test_the_function_holding_a_line_is_found_on_one_line_too():
     lines = open(f11).read().splitlines()
     inside = next(i for i, t in enumerate(lines, 1) if "atomicAdd(reinterpret_cast<float2*>(dst)" in t)
     assert _enclosing_function(f11, inside)[0] == "atomic_add2"
+
+
+def test_a_buffer_rewritten_before_the_other_warpgroup_read_it_is_named(tmp_path):
+    """Module 14 with one dSᵀ tile where the solution alternates two (blind batch 26): a consumer that
+    runs a step ahead stores its next dSᵀ over the tile the other consumer's dQ product has not read
+    yet. Forward, reverse and shuffled orders keep the warpgroups in step and passed it; the greedy
+    order lets one run ahead, and the first wgmma that read other values there is named."""
+    ex = catalogue.resolve("14_backward_hopper")
+    text = paths.committed_text(paths.solution_file(ex.id))
+    edits = (("smem_addr(ds_s + (it % 2) * DS_BYTES)", "smem_addr(ds_s)"),
+             ("ds_s + (it % 2) * DS_BYTES + (i / BOX)", "ds_s + (i / BOX)"))
+    for old, new in edits:
+        assert text.count(old) == 1, "the solution changed: update this test's edit"
+        text = text.replace(old, new)
+    f = tmp_path / "one_ds_tile.py"
+    f.write_text(text)
+    dq = next(i for i, t in enumerate(text.splitlines(), 1) if "wgmma_dq0(dq, da, db); else wgmma_dq(" in t)
+    case = first_failure(f, "tile_plus_1", ex)
+    assert case["kind"] == "error", case
+    assert case["message"].startswith(f"one_ds_tile.py:{dq}: flash_backward_hopper: the wgmma.mma_async at "), case["message"]
+    assert "read other values of its A from shared memory" in case["message"]
+    assert "greedily" in case["message"]

@@ -105,3 +105,20 @@ def test_a_stub_placeholder_left_in_is_named(tmp_path):
     report = run_check(catalogue.resolve("03"), path, "cpu", seed=7)
     work = _work_case(report)
     assert work is not None and "note: your file still has TODO(1) as the stub has it" in work["message"], work
+
+
+def test_a_kernel_whose_shared_stores_conflict_fails_with_its_line(tmp_path):
+    """02's K tile stored with each warp's lanes along a row of k (blind batch 26's kernel): every store
+    of the transposed tile hits one bank 8 ways. Right outputs; the shared-memory wavefronts say it."""
+    src = (ROOT / "solutions" / "02_flash_forward.py").read_text()
+    line = "            const int j = idx % BLOCK_N, c = (idx / BLOCK_N) * 4;\n"
+    assert line in src
+    path = tmp_path / "k_lanes.py"
+    path.write_text(src.replace(line, "            const int j = idx / (D / 4), c = (idx % (D / 4)) * 4;\n"))
+    store = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if "k_s[(c + 0) * BLOCK_N + j]" in t)
+    report = run_check(catalogue.resolve("02"), path, "cpu", seed=7)
+    work = _work_case(report)
+    assert not report["passed"] and work is not None
+    assert all(c["passed"] for c in report["cases"] if c["kind"] != "work")
+    assert any(f"Most are lost at line {n} (8.0-way bank conflicts" in work["message"]
+               for n in range(store, store + 4)), work["message"]     # the four stores of the tile

@@ -1354,16 +1354,11 @@ def split_causes(ctx, kv_cache_fn):
                          "exp(lse_s - 0) underflows to 0 in float32 and the sum is 0; far above 0 it "
                          "overflows. Seed the max with -INFINITY, so that it is the largest lse_s.")),
                      ("combine:max_first_32", bool(np.isfinite(lse_part[..., 32:]).any() or probe),
-                      np.max(lse_part[..., :32], axis=-1), (
-                         f"the combine's lse_max is the max of the first 32 splits only (the output matches "
-                         f"that, with {split_words(chunk, lens)}), as when each lane reads one split, s = lane: "
-                         "splits 32 and up never reach the max, and a split whose lse lies more than 88 above "
-                         "it overflows exp(lse_s - lse_max). Each lane loops over s = lane, lane + 32, ... < "
-                         "used before the butterfly.")))
+                      np.max(lse_part[..., :32], axis=-1), None))
         for cid, applies, mx, text in maxes:
             if applies and cid not in named and matches(ctx, *combine_max_of(o_part, lse_part, mx)):
                 named.add(cid)
-                yield Cause(cid, text)
+                yield Cause(cid, text or max_prefix_text(ctx, o_part, lse_part, split_words(chunk, lens)))
         if "reduce:lse_max_lanes" not in named:
             # lse_max not the same on every lane: never reduced (each lane's own splits), or reduced
             # with __shfl_down_sync (lane l ends with the max of lanes l .. 31).
@@ -1769,6 +1764,25 @@ def combine_lane_max(o_part, lse_part, lanes: int = 32, shfl_down: bool = False)
         lse = own[..., 0] + np.log(w0.sum(axis=-1))
     empty = ~used.any(axis=-1)
     return np.where(empty[..., None], 0.0, o), np.where(empty, -np.inf, lse)
+
+
+def max_prefix_text(ctx, o_part, lse_part, splits: str) -> str:
+    """What the combine's max over the first 32 splits only says, once the output matches it: the same
+    output can match a max over fewer first splits too (the first split alone, say), and then the text
+    names them all, not the 32 that one bug (a split per lane, s = lane, no loop) would take."""
+    with np.errstate(invalid="ignore"):
+        alike = [j for j in range(1, 32) if matches(ctx, *combine_max_of(o_part, lse_part, np.max(lse_part[..., :j], axis=-1)))]
+    fix = ("Take the max over every split the row uses (each lane loops over s = lane, lane + 32, ... < used, "
+           "then the butterfly), so that each weight exp(lse_s - lse_max) is at most 1.")
+    if not alike:
+        return (f"the combine's lse_max is the max of the first 32 splits only (the output matches that, with "
+                f"{splits}), as when each lane reads one split, s = lane: splits 32 and up never reach the max, "
+                f"and a split whose lse lies more than 88 above it overflows exp(lse_s - lse_max). {fix}")
+    first = "the first split alone" if alike[0] == 1 else f"the first {alike[0]} splits"
+    return (f"the combine's lse_max is not the max of all the splits: the output matches a max over only the "
+            f"first j splits, for j from {alike[0]} to 32 alike ({first} among them; this case cannot tell "
+            f"which, with {splits}). The splits past those never reach the max, and one whose lse lies more "
+            f"than 88 above it overflows exp(lse_s - lse_max). {fix}")
 
 
 def combine_max_of(o_part, lse_part, mx):

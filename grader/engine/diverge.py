@@ -36,6 +36,8 @@ def _traced_run(ex: Exercise, fn, case: Case, seed: int) -> tuple[list, bool]:
         faulted = True
     finally:
         rt.poison_outputs = False
+    for t, c in zip(rt.trace_log, rt.counter_log):     # one of each per launch that ran to its end
+        t.counts = c
     return rt.trace_log, faulted
 
 

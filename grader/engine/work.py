@@ -25,6 +25,9 @@ BLOCK_FACTOR = 4.0     # blocks launched by one kernel, against the finished ver
 READ_FACTOR = 1.25     # bytes read from one input array, against the finished version's (a workspace the
                        # kernel makes, a split's partial output, is a design choice and is not compared)
 MIN_EXCESS_BYTES = 4096   # below this, a difference in reads is the rounding of a tile, not work
+CONFLICT_SHARE = 0.05  # shared-memory wavefronts lost to bank conflicts beyond the finished version's, as a
+                       # share of all its wavefronts: past this, the conflicts cost a GPU real time
+MIN_CONFLICT_WAVEFRONTS = 1024
 WORK_SEED = 0          # the work case's inputs (08's mask) are the same for every check, whatever its seed
 
 
@@ -102,8 +105,33 @@ COUNTS_FILE = Path(__file__).resolve().parents[1] / "data" / "work_counts.json"
 
 
 def counts(traces: list) -> dict:
-    """What the work check compares: blocks per kernel, bytes read per array argument."""
-    return {"blocks": _blocks(traces), "reads": _reads(traces)}
+    """What the work check compares: blocks per kernel, bytes read per array argument, and the
+    shared-memory wavefronts the accesses take against those they would take without bank conflicts."""
+    return {"blocks": _blocks(traces), "reads": _reads(traces), "shared": _shared(traces)}
+
+
+def _shared(traces: list) -> dict[str, int]:
+    lines = [x for t in traces if getattr(t, "counts", None) for x in t.counts.lines]
+    return {"wavefronts": sum(x.s_wavefronts for x in lines), "ideal": sum(x.s_ideal for x in lines)}
+
+
+def _conflicted_line(traces: list) -> str | None:
+    """The student's line whose shared-memory accesses lose the most wavefronts to bank conflicts,
+    with how many ways they conflict."""
+    per: dict[str, list[int]] = {}
+    for t in traces:
+        base = Path(t.student).name if getattr(t, "student", None) else None
+        for x in getattr(getattr(t, "counts", None), "lines", []):
+            if base and x.where.startswith(base + ":"):
+                w = per.setdefault(x.where, [0, 0])
+                w[0] += x.s_wavefronts
+                w[1] += x.s_ideal
+    if not per:
+        return None
+    where, (wave, ideal) = max(per.items(), key=lambda kv: kv[1][0] - kv[1][1])
+    if wave <= ideal:
+        return None
+    return f"line {where.rsplit(':', 1)[1]} ({wave / ideal:.1f}-way bank conflicts: {wave} wavefronts for {ideal})"
 
 
 def _finished_traces(ex: Exercise, case: Case) -> list | None:
@@ -197,6 +225,17 @@ def compare(ex: Exercise, fn) -> str | None:
             line = _heaviest_line(mine, name)
             found.append(f"the blocks read {_mb(n)} of {name}, where the finished version's read {_mb(m)} "
                          f"({n / m:.2f}×){f'; most of it at {line}' if line else ''}.")
+    mine_s, theirs_s = _shared(mine), reference.get("shared")
+    if theirs_s and theirs_s["wavefronts"]:
+        lost, lost_theirs = mine_s["wavefronts"] - mine_s["ideal"], theirs_s["wavefronts"] - theirs_s["ideal"]
+        if lost - lost_theirs > max(CONFLICT_SHARE * theirs_s["wavefronts"], MIN_CONFLICT_WAVEFRONTS):
+            line = _conflicted_line(mine)
+            found.append(f"the blocks' shared-memory accesses take {mine_s['wavefronts']} wavefronts where "
+                         f"{mine_s['ideal']} would do without bank conflicts; the finished version's take "
+                         f"{theirs_s['wavefronts']} for {theirs_s['ideal']}"
+                         f"{f'. Most are lost at {line}' if line else ''}: the lanes of a warp that hit one bank "
+                         "at different addresses wait for each other (the lesson's layout, or a swizzle, spreads "
+                         "them over the 32 banks).")
     if not found:
         return None
     if theirs is None:

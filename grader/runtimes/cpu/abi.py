@@ -137,10 +137,12 @@ def load(path: Path) -> ctypes.CDLL:
             ctypes.POINTER(ctypes.c_int64), ctypes.c_int64, ctypes.c_int, ctypes.c_uint64,
             ctypes.POINTER(FaultRecord)]
         for fn in ("cudaemu_static_shared_bytes", "cudaemu_float_atomics",
-                   "cudaemu_fault_record_size", "cudaemu_take_output"):
+                   "cudaemu_fault_record_size", "cudaemu_take_output", "cudaemu_hopper_blocks"):
             getattr(lib, fn).restype = ctypes.c_uint64
         lib.cudaemu_take_output.argtypes = [ctypes.c_char_p, ctypes.c_uint64]
         lib.cudaemu_set_quiet.argtypes = [ctypes.c_int]
+        lib.cudaemu_wgmma_log.argtypes = [ctypes.c_int]
+        lib.cudaemu_wgmma_diverged.restype = ctypes.c_char_p
         lib.cudaemu_set_trap_invalid.argtypes = [ctypes.c_int]
         lib.cudaemu_set_arrays.restype = ctypes.c_int
         lib.cudaemu_set_arrays.argtypes = [ctypes.POINTER(ctypes.c_uint64),

@@ -394,6 +394,7 @@ class CpuRuntime(Runtime):
                 lib.cudaemu_counters_begin()
             if self.tracing:
                 lib.cudaemu_trace_begin()
+            hopper0 = lib.cudaemu_hopper_blocks()
             try:
                 run(None, 0, "")
             finally:
@@ -414,7 +415,8 @@ class CpuRuntime(Runtime):
                 lib.cudaemu_set_quiet(1)   # the reruns would print everything again
                 try:
                     self._race_check(kernel, run, copy_in, views, args, arg_slot, grid, total,
-                                     (arrays, bufs, smem, shared_mem, block))
+                                     (arrays, bufs, smem, shared_mem, block),
+                                     hopper=lib.cudaemu_hopper_blocks() != hopper0)
                 finally:
                     lib.cudaemu_set_quiet(0)
                 for v, f in zip(views, final):
@@ -460,7 +462,12 @@ class CpuRuntime(Runtime):
             for v, f in zip(views, final):
                 np.copyto(v, f)
 
-    def _race_check(self, kernel, run, copy_in, views, args, arg_slot, grid, total, launch) -> None:
+    def _race_check(self, kernel, run, copy_in, views, args, arg_slot, grid, total, launch,
+                    hopper=False) -> None:
+        """Rerun some blocks with their threads in reverse and in a shuffled order and compare. A
+        kernel that used Hopper's instructions (mbarriers, named barriers, wgmma) runs once more
+        greedily (emu_runtime.cpp's greedy_step): a warpgroup runs ahead as far as its waits let it,
+        which shows a buffer rewritten before another warpgroup has read it."""
         if self.race_check == "full" or total <= self.race_blocks:
             sample = list(range(total))
         else:
@@ -472,7 +479,10 @@ class CpuRuntime(Runtime):
         copy_in()
         run(sample, 0, "")
         reference = [v.copy() for v in views]
-        for order, how in ((1, "in reverse order"), (2, "in a shuffled order")):
+        orders = [(1, "in reverse order"), (2, "in a shuffled order")]
+        if hopper:
+            orders.append((3, "greedily (the first that can run always runs first)"))
+        for order, how in orders:
             copy_in()
             run(sample, order, f" (while rerunning blocks with their threads {how})")
             loose = lib.cudaemu_float_atomics() != atomics0
@@ -482,8 +492,46 @@ class CpuRuntime(Runtime):
                     ndiff = int(np.count_nonzero(~_same(ref, v)))
                     got = v.copy()
                     named = self._name_race(kernel, run, copy_in, args, arg_slot, sample, grid, launch)
+                    if named is None and hopper:
+                        named = self._name_wgmma_read(kernel, lib, run, copy_in, sample, order)
                     raise _faults.race_fault(kernel, args, arg_slot, slot, ref, got, diff, ndiff,
                                              sample, grid, how, named)
+
+    @staticmethod
+    def _name_wgmma_read(kernel, lib, run, copy_in, sample, order) -> dict | None:
+        """The first wgmma that read other shared-memory values in ``order`` than forward (hopper.inc's
+        log_operands), as races.describe's 'place' and 'text', or None."""
+        from .symbols import name_wait_callers
+        try:
+            lib.cudaemu_wgmma_log(1)
+            copy_in()
+            run(sample, 0, "")
+            lib.cudaemu_wgmma_log(2)
+            copy_in()
+            run(sample, order, "")
+            found = (lib.cudaemu_wgmma_diverged() or b"").decode()
+        except KernelFault:
+            return None
+        finally:
+            lib.cudaemu_wgmma_log(0)
+        if not found:
+            return None
+        where, wg, nth, operand, addr = found.rsplit("|", 4)
+        student = kernel._module.student_file
+        named = name_wait_callers(where, student)
+        m = re.match(r"([^\s:]+):(\d+)", named)
+        place = m.group(0) if m else where.split(" ")[0]
+        calls = re.findall(rf"{re.escape(student)}:\d+", named)
+        if calls:
+            place = calls[-1]
+        return {"place": place, "text": (
+            f"the wgmma.mma_async at {named} (warpgroup {wg}'s wgmma number {nth} in the block) read other "
+            f"values of its {operand} from shared memory (the tile at shared address {addr}) in this order "
+            "than when the threads ran forward: some write to those bytes lands before this read in one "
+            "order and after it in the other, so nothing orders the two. Find who writes that tile "
+            "(a TMA copy, or stores of another warpgroup) and what makes it wait for this read: the "
+            "wait that covers the product (wgmma.wait_group) before the release or the next write, a "
+            "second buffer for the next step, or a barrier both warpgroups pass.")}
 
     @staticmethod
     def _name_race(kernel, run, copy_in, args, arg_slot, sample, grid, launch) -> dict | None:

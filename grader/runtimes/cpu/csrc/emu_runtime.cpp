@@ -6,7 +6,7 @@
 //
 // Scheduling: the threads of a block are fibers that run one at a time, each until it reaches
 // __syncthreads(), a warp collective (shuffle, ballot, __syncwarp ...) or its end. The scheduler
-// then picks the next fiber in the launch's order (forward, reverse or a seeded shuffle). When
+// then picks the next fiber in the launch's order (forward, reverse, a seeded shuffle, or greedy: see greedy_step). When
 // nothing can run, either every live thread waits at the same barrier (release them all) or the
 // block is stuck, and we say why, naming the source lines. Because fibers never run at the same
 // time, atomics are plain read-modify-writes.
@@ -106,6 +106,7 @@ struct Fiber {
   int state;
   int linear;           // threadIdx flattened, x fastest
   int spun;             // yielded from a spin (failed atomicCAS, __nanosleep)
+  int idle;             // greedy order: spun since the last progress, so the others go first
   uint3 tid;
   const char* wait_file;
   int wait_line;
@@ -1318,7 +1319,35 @@ static uint64_t splitmix(uint64_t* s) {
   return z ^ (z >> 31);
 }
 
-static int run_block(int nthreads, const int* perm) {
+// One pass of the greedy order: resume the first thread in `perm` that can run and has not spun since
+// the last progress; after progress, start again from the first. A warpgroup or warp thus runs ahead
+// as far as it can before the later ones move at all: the widest skew a GPU's warps can have, which
+// shows a stage released before its reader finished (the producer refills it at once) or a buffer
+// rewritten while another warpgroup's product still reads it. Returns 1 after progress, 0 when only
+// spinning threads ran, -1 when nothing could run, -2 on a fault or an interrupt.
+static int greedy_step(int nthreads, const int* perm) {
+  bool ran = false;
+  for (int k = 0; k < nthreads; ++k) {
+    Fiber* f = &fibers[perm[k]];
+    if (f->state != RUNNABLE || f->idle) continue;
+    f->spun = 0;
+    resume(f);
+    ran = true;
+    if (f->state == FAULTED) return -2;
+    if (interrupted) {
+      fault->kind = F_INTERRUPT;
+      note_thread(f);
+      return -2;
+    }
+    if (f->spun) { f->idle = 1; continue; }
+    for (int i = 0; i < nthreads; ++i) fibers[i].idle = 0;
+    return 1;
+  }
+  for (int i = 0; i < nthreads; ++i) fibers[i].idle = 0;
+  return ran ? 0 : -1;
+}
+
+static int run_block(int nthreads, const int* perm, bool greedy) {
   block_threads = nthreads;
   hopper_block_start(nthreads);
   if (pending_used) {
@@ -1328,9 +1357,16 @@ static int run_block(int nthreads, const int* perm) {
   for (int i = 0; i < nthreads; ++i) start_fiber(&fibers[i]);
   for (int wi = 0; wi < (nthreads + 31) / 32; ++wi) warps[wi].arrived = 0;
   long idle_spins = 0;
+  for (int i = 0; i < nthreads; ++i) fibers[i].idle = 0;
   for (;;) {
     bool ran = false, progress = false;
-    for (int k = 0; k < nthreads; ++k) {
+    if (greedy) {
+      int g = greedy_step(nthreads, perm);
+      if (g == -2) return -1;
+      ran = g >= 0;
+      progress = g == 1;
+    }
+    for (int k = 0; k < nthreads && !greedy; ++k) {
       Fiber* f = &fibers[perm[k]];
       if (f->state != RUNNABLE) continue;
       f->spun = 0;
@@ -1374,7 +1410,8 @@ static int run_block(int nthreads, const int* perm) {
 }
 
 // Runs blocks of a launch. `blocks` lists linear block ids (x fastest), or NULL for all of them
-// in order. `order`: 0 forward, 1 reverse, 2 shuffled with `seed`. Returns 0, or -1 with *out
+// in order. `order`: 0 forward, 1 reverse, 2 shuffled with `seed`, 3 greedy (forward, the first
+// thread that can run always first: greedy_step). Returns 0, or -1 with *out
 // filled in.
 EXPORT int cudaemu_launch(void (*entry)(void**), void** args, const uint32_t* grid,
                           const uint32_t* block, void* dyn_smem, uint64_t dyn_bytes,
@@ -1458,7 +1495,7 @@ EXPORT int cudaemu_launch(void (*entry)(void**), void** args, const uint32_t* gr
     }
     counters_block_start(nthreads);
     trace_block_start();
-    if (run_block(nthreads, perm) != 0) { rc = -1; break; }
+    if (run_block(nthreads, perm, order == 3) != 0) { rc = -1; break; }
     hopper_block_end();
     counters_block_end(nthreads);
   }
