@@ -377,3 +377,17 @@ def test_a_buffer_rewritten_before_the_other_warpgroup_read_it_is_named(tmp_path
     assert case["message"].startswith(f"one_ds_tile.py:{dq}: flash_backward_hopper: the wgmma.mma_async at "), case["message"]
     assert "read other values of its A from shared memory" in case["message"]
     assert "greedily" in case["message"]
+
+
+def test_a_launch_handed_other_values_by_the_host_is_traced_to_them(tmp_path):
+    """Module 12's running lse started at 0, not -inf, by the host code (blind batch 26): the first
+    kernel agrees with the finished version's, the merge is handed other values. The divergence says
+    which array and element, and that the difference comes from before the launch."""
+    ex = catalogue.resolve("12_ring_attention")
+    f, _ = planted(tmp_path, 'lse = rt.full(q.shape[:3], -np.inf, "float32")', 'lse = rt.zeros(q.shape[:3], "float32")',
+                   "lse_zero.py", ex)
+    case = first_failure(f, "one_rank", ex)
+    said = case["divergence"] or ""
+    assert "(merge_partial)" in said and "is handed other values than the finished version's" in said, said
+    assert "holds 0 where the finished version's holds -inf" in said
+    assert "the difference comes from the host code that fills or passes lse" in said

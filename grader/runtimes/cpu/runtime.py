@@ -394,6 +394,7 @@ class CpuRuntime(Runtime):
                 lib.cudaemu_counters_begin()
             if self.tracing:
                 lib.cudaemu_trace_begin()
+                initial = [np.array(v) for v in views]   # what the launch is handed (trace.py compares it)
             hopper0 = lib.cudaemu_hopper_blocks()
             try:
                 run(None, 0, "")
@@ -403,7 +404,7 @@ class CpuRuntime(Runtime):
                     lib.cudaemu_counters_end()
                 if self.tracing:
                     from .trace import take
-                    self.trace_log.append(take(kernel, lib, args, arg_slot, grid, block, views))
+                    self.trace_log.append(take(kernel, lib, args, arg_slot, grid, block, views, initial))
             if self.counting:
                 from .counters import collect
                 self.counter_log.append(collect(kernel, lib, args, arg_slot, grid, block, shared_mem))

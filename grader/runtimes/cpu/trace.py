@@ -43,9 +43,10 @@ class LaunchTrace:
     stack: tuple = ()              # (file, line, text) of the Python frames of the launch, outermost first
     maps: tuple = ()               # its tensor-map parameters: what TMA copies through them is not traced
     calls: dict = None             # where -> the student's line that called the inlined function holding it
+    initial: dict = None           # array slot -> its contents when the launch began (the arrays it reads)
 
 
-def take(kernel, lib, args, arg_slot, grid, block, views=None) -> LaunchTrace:
+def take(kernel, lib, args, arg_slot, grid, block, views=None, initial=None) -> LaunchTrace:
     """The trace of the launch that just ran (called by CpuRuntime._launch)."""
     lib.cudaemu_trace_end()
     lib.cudaemu_trace_count.restype = ctypes.c_uint64
@@ -104,9 +105,11 @@ def take(kernel, lib, args, arg_slot, grid, block, views=None) -> LaunchTrace:
         lib.cudaemu_trace_snap_take(snaps.ctypes.data, data.ctypes.data)
     written = {int(x) for x in np.unique(recs["arg"][recs["write"] == 1]) if x >= 0}
     final = {slot: np.array(views[slot]) for slot in written} if views is not None else {}
+    read = {int(x) for x in np.unique(recs["arg"][recs["write"] == 0]) if x >= 0}
+    start = {slot: initial[slot] for slot in read} if initial is not None else {}
     return LaunchTrace(kernel.name, tuple(grid), tuple(block), arrays, recs, lines,
                        bool(lib.cudaemu_trace_cut()), snaps, data, student, final, _python_stack(),
-                       tuple(p.name for p in kernel.params if "TensorMap" in p.ctype), calls)
+                       tuple(p.name for p in kernel.params if "TensorMap" in p.ctype), calls, start)
 
 
 def _python_stack() -> tuple:
@@ -446,6 +449,54 @@ def _first_value_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) 
     return None
 
 
+def _first_input_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) -> str | None:
+    """The first launch that is handed other values than the finished version's, in the elements it
+    reads, while every launch before it agrees in what it reads, writes, keeps in shared memory and
+    stores: the difference then comes from the host code that fills or passes those arrays (an
+    initial value, a buffer swapped), not from a kernel."""
+    for i, (a, b) in enumerate(zip(mine, theirs)):
+        if not a.initial or not b.initial or a.grid != b.grid or a.block != b.block:
+            continue
+        for slot, slot_b in _slot_pairs(a, b):
+            if slot not in a.initial or slot_b not in b.initial:
+                continue
+            x, y = a.initial[slot], b.initial[slot_b]
+            name, shape, itemsize = a.arrays[slot]
+            if x.shape != y.shape or x.dtype != y.dtype:
+                continue
+            reads = a.records[(a.records["arg"] == slot) & (a.records["write"] == 0)]
+            if not len(reads):
+                continue
+            _, el, pos = _elements(reads, itemsize)
+            _, el_b, _ = _elements(b.records[(b.records["arg"] == slot_b) & (b.records["write"] == 0)], itemsize)
+            inside = (el >= 0) & (el < x.size) & np.isin(el, el_b)     # what both launches depend on
+            elems, at = np.unique(el[inside], return_index=True)
+            by = pos[inside][at]                       # the first record that reads each element
+            xv, yv = x.ravel()[elems], y.ravel()[elems]
+            if x.dtype.kind == "f":
+                with np.errstate(invalid="ignore"):
+                    bad = ~((xv == yv) | (np.isnan(xv) & np.isnan(yv)))
+            else:
+                bad = xv != yv
+            if not bad.any():
+                continue
+            if _first_shared_divergence(mine[:i], theirs[:i]) or _first_value_divergence(mine[:i], theirs[:i]):
+                return None         # an earlier launch parts first: the caller reports that one
+            k = int(np.flatnonzero(bad)[0])
+            e, first = int(elems[k]), reads[by[k]]
+            which = f"launch {i + 1} ({a.kernel})" if len(mine) > 1 or len(theirs) > 1 else a.kernel
+            site = launch_site(a)
+            earlier = "every launch before it reads, writes and stores what the finished version's do, so" if i else "so"
+            return (f"first divergence from the finished version, traced on the emulator: {which}"
+                    f"{f', launched at {site},' if site else ''} is handed other values than the finished "
+                    f"version's: before it runs, {describe(name, shape, np.array([e]))} holds {_val(x.ravel()[e])} "
+                    f"where the finished version's holds {_val(y.ravel()[e])}, and block "
+                    f"{_block_coords(int(first['block']), a.grid)} reads it at {_where(a, first['where'])}. "
+                    f"{earlier[0].upper()}{earlier[1:]} the difference comes from the host code that fills or "
+                    f"passes {name}: its initial value, or which buffer is handed in.")
+    return None
+
+
 def written_by_two_blocks(mine: list[LaunchTrace]) -> str | None:
     """The first output element that two blocks of one launch both store (what makes a result depend
     on the order in which blocks run), with both blocks and their lines; None where every element has
@@ -560,7 +611,8 @@ def first_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace], partial
             out.append("".join(x if x.startswith(",") or i == 0 else " " + x for i, x in enumerate(part)))
         return (f"first divergence from the finished version, traced on the emulator: in {which}, block "
                 f"{_block_coords(blk, a.grid)} " + "; it ".join(out) + ".")
-    shared = _first_shared_divergence(mine, theirs) or _first_value_divergence(mine, theirs)
+    shared = (_first_input_divergence(mine, theirs) or _first_shared_divergence(mine, theirs)
+              or _first_value_divergence(mine, theirs))
     if shared:
         return shared
     if len(mine) != len(theirs):
