@@ -970,3 +970,24 @@ def test_a_kernel_with_preprocessor_lines_in_its_parameters_runs(rt):
     y = np.zeros(4, np.float32)
     rt.compile(src, options=("-DWIDE=0",)).get_function("f")((1,), (4,), (y, rt.int32(4)))
     assert (y == 2.0).all()
+
+
+ONE_PAST_THE_END = r"""
+extern "C" __global__ void fill(float* __restrict__ y, int n)
+{
+    const int i = threadIdx.x;
+    if (i > n) return;
+    y[i] = 1.0f;                  // @store_past_end
+}
+"""
+
+
+def test_a_store_into_the_guard_bytes_is_traced_to_its_line(rt):
+    """One float past the end lands in the guard bytes that keep a small buffer aligned (no page
+    faults): the damage is seen after the launch, and a traced rerun names the store."""
+    y = np.zeros(1, np.float32)
+    with pytest.raises(KernelFault) as e:
+        rt.compile(ONE_PAST_THE_END).get_function("fill")((1,), (32,), (y, rt.int32(1)))
+    msg = str(e.value)
+    assert msg.startswith(f"{at('store_past_end')}: fill: out-of-bounds write of argument 1 (float* y)"), msg
+    assert f"thread 1 of block (0, 0, 0) stores there at line {line_of('store_past_end')}" in msg

@@ -50,6 +50,10 @@ def attention_shapes(*, d_list=(32, 64, 96, 128)) -> list[Case]:
         # Every score of every row near -150: exp(s) underflows unless the row's own max is subtracted
         # (a running max seeded at 0 instead of -INFINITY gives 0/0 here and nowhere else).
         ("scores_far_below_zero", dict(B=1, H=2, Hkv=1, Nq=21, Nk=70, d=64, shift=-150.0)),
+        # Every score near +150: exp of anything not shifted by the row's max overflows (past 88), so a
+        # bug that fails here and below zero alike (a rescale computed as a ratio of exponentials, say)
+        # is told apart from the max seeded at 0, which is right here.
+        ("scores_far_above_zero", dict(B=1, H=2, Hkv=1, Nq=21, Nk=70, d=64, shift=150.0)),
     ]
     return [Case(name, p) for name, p in raw if p["d"] in d_list]
 

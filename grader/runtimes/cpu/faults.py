@@ -194,16 +194,21 @@ def block_order_fault(kernel, args, arg_slot, slot, ref, got, idx, ndiff) -> Ker
         "overwrite each other; add with atomicAdd.")
 
 
-def canary_fault(kernel, args, arg_slot, slot, off, count) -> KernelFault:
-    """``count`` bytes around guarded buffer ``slot`` were overwritten, from byte ``off``."""
+def canary_fault(kernel, args, arg_slot, slot, off, count, place=None) -> KernelFault:
+    """``count`` bytes around guarded buffer ``slot`` were overwritten, from byte ``off``. ``place``:
+    (file:line, who stores there) from a traced rerun (runtime._canary_store), or None."""
     i, p, a = _argument(kernel, args, arg_slot, slot)
     side = "before its start" if off < 0 else "past its end"
-    return KernelFault(
-        f"{kernel.name}: out-of-bounds write of argument {i + 1} ({p.ctype} {p.name}): "
-        f"{count} byte(s) {side} (byte offset {off}; the buffer holds {a.size} "
-        f"{a.dtype} elements, {a.nbytes} bytes) were overwritten. The emulator noticed it "
-        "after the launch, so it cannot name the line: look for an index that can reach "
-        "past the last element or below 0.")
+    what = (f"{kernel.name}: out-of-bounds write of argument {i + 1} ({p.ctype} {p.name}): "
+            f"{count} byte(s) {side} (byte offset {off}; the buffer holds {a.size} "
+            f"{a.dtype} elements, {a.nbytes} bytes) were overwritten.")
+    if place is not None:
+        fault = KernelFault(f"{place[0]}: {what} Run again traced, {place[1]}: look at the bound that "
+                            "lets this store reach past the last element (or below 0).")
+        fault.place = place[0]
+        return fault
+    return KernelFault(f"{what} The emulator noticed it after the launch, so it cannot name the line: "
+                       "look for an index that can reach past the last element or below 0.")
 
 
 def poison_fault(kernel, args, arg_slot, arrays, poisoned, place) -> KernelFault:

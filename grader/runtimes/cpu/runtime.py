@@ -387,7 +387,14 @@ class CpuRuntime(Runtime):
                 if rc != 0:
                     raise _faults.launch_fault(kernel, rec, args, arg_slot, bufs, smem,
                                                shared_mem, what)
-                self._check_canaries(kernel, args, arg_slot, bufs)
+                damage = self._canary_damage(bufs)
+                if damage is not None:
+                    slot, off, count = damage
+                    place = None
+                    if kern is kernel and blocks is None and not self.counting:   # its store, traced again
+                        place = self._canary_store(kernel, run, copy_in, args, arg_slot, arrays, bufs,
+                                                   grid, block, slot)
+                    raise _faults.canary_fault(kernel, args, arg_slot, slot, off, count, place)
 
             copy_in()
             if self.counting:
@@ -547,13 +554,56 @@ class CpuRuntime(Runtime):
         except Exception:        # noqa: BLE001  (naming is a bonus: the order dependence stands)
             return None
 
-    def _check_canaries(self, kernel, args, arg_slot, bufs) -> None:
+    @staticmethod
+    def _canary_damage(bufs):
+        """(slot, byte offset, count) of the first buffer whose guard bytes were overwritten, or None."""
         for slot, b in enumerate(bufs):
             damage = b.canary_damage()
-            if damage is None:
-                continue
-            off, count = damage
-            raise _faults.canary_fault(kernel, args, arg_slot, slot, off, count)
+            if damage is not None:
+                return (slot, *damage)
+        return None
+
+    @staticmethod
+    def _canary_store(kernel, run, copy_in, args, arg_slot, arrays, bufs, grid, block, slot):
+        """Where a write outside buffer `slot` (inside its guard bytes, where no page faults) was made:
+        the launch again, from the same inputs, in the counting build with every access traced; the
+        first store of that argument outside its bytes, as (file:line, 'thread t of block b at line N
+        `text`'), or None."""
+        from .trace import _where, take
+        try:
+            twin = kernel._module.counting_twin().get_function(kernel.name)
+        except Exception:        # noqa: BLE001  (a build that fails here only loses the line)
+            return None
+        lib = twin._module._lib
+        n = len(bufs)
+        lib.cudaemu_set_arrays((ctypes.c_uint64 * max(1, n))(*[b.addr for b in bufs]),
+                               (ctypes.c_uint64 * max(1, n))(*[a.nbytes for a in arrays]),
+                               (ctypes.c_int32 * max(1, n))(*[arg_slot.index(i) + 1 for i in range(n)]), n)
+        copy_in()
+        lib.cudaemu_set_quiet(1)
+        lib.cudaemu_counters_begin()
+        lib.cudaemu_trace_begin()
+        try:
+            run(None, 0, "", twin)
+        except KernelFault:
+            pass                 # the same damage again, or a fault: the trace so far tells
+        finally:
+            lib.cudaemu_counters_end()
+            trace = take(twin, lib, args, arg_slot, grid, block)
+            lib.cudaemu_set_quiet(0)
+            _flush_printf(lib, discard=True)
+        r = trace.records
+        nbytes = arrays[slot].nbytes
+        out = r[(r["arg"] == slot) & (r["write"] == 1) & ((r["off"] < 0) | (r["off"] + r["size"] > nbytes))]
+        if not len(out):
+            return None
+        first = out[0]
+        where = trace.lines.get(int(first["where"]), "")
+        if not where.startswith(trace.student + ":"):
+            return None
+        from .faults import _block_coords
+        return (where.rsplit("/", 1)[-1], f"thread {int(first['thread'])} of block "
+                f"{_block_coords(int(first['block']), grid)} stores there at {_where(trace, int(first['where']))}")
 
     @staticmethod
     def _find_poison(arrays):
