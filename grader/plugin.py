@@ -296,7 +296,8 @@ class CheckRun:
         self.stop_reason = "not run: an earlier case crashed the GPU context"
         # What the error's own name tells; an unspecified launch failure (a trap, an mbarrier misused)
         # names nothing, and the emulator's run of the case, appended by the parent, says what it saw.
-        if "illegal" in error.lower() or "misaligned" in error.lower():
+        low = error.lower()
+        if "illegal address" in low or "illegal memory access" in low or "misaligned" in low:
             meaning = ("An illegal or misaligned address means an index ran outside an array (or a pointer "
                        "cast to a wider type than its alignment). ")
         else:

@@ -70,3 +70,6 @@ def test_a_gpu_crash_says_what_its_error_means_and_no_more():
     vague = CheckRun._crashed(run, case, "CUDARuntimeError: cudaErrorLaunchFailure: unspecified launch failure")
     assert "illegal" not in vague.message.split("\n", 1)[1] and "names no place or cause" in vague.message
     assert vague.kind == "crash" and run.stop_reason.startswith("not run")
+    # An illegal instruction (blind batch 27's named barrier of another count, on an H200) is no address.
+    instr = CheckRun._crashed(run, case, "CUDARuntimeError: cudaErrorIllegalInstruction: an illegal instruction was encountered")
+    assert "address" not in instr.message and "names no place or cause" in instr.message
