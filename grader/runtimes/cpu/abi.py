@@ -125,6 +125,14 @@ libc.dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(DlInfo)]
 _loaded: dict[str, ctypes.CDLL] = {}
 
 
+def set_arrays(lib, addrs: list[int], nbytes: list[int], args: list[int]) -> None:
+    """Tell the emulator which buffers a launch's arrays live in: each buffer's address, its bytes
+    and its argument position (1-based), for the tile checks, the traffic counts and the traces."""
+    n = len(addrs)
+    lib.cudaemu_set_arrays((ctypes.c_uint64 * max(1, n))(*addrs), (ctypes.c_uint64 * max(1, n))(*nbytes),
+                           (ctypes.c_int32 * max(1, n))(*args), n)
+
+
 def load(path: Path) -> ctypes.CDLL:
     """A built kernel library, opened once per process, its runtime functions typed."""
     key = str(path)

@@ -28,7 +28,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..base import KernelFault, line_text
-from .abi import DlInfo, libc
+from .abi import DlInfo, libc, set_arrays
 from .build import strip_code
 from .faults import _block_coords
 from .symbols import addr2line
@@ -59,10 +59,7 @@ def find(kernel, run, copy_in, sample, arrays, bufs) -> Race | None:
     # generic message): a merged access of such elements that starts inside a word once overflowed the
     # race finder's word buffer in counters.h. That is fixed; widening this needs its own checking.
     keep = [i for i, a in enumerate(arrays) if a.itemsize >= 4]
-    n = len(keep)
-    lib.cudaemu_set_arrays((ctypes.c_uint64 * max(1, n))(*[bufs[i].addr for i in keep]),
-                           (ctypes.c_uint64 * max(1, n))(*[arrays[i].nbytes for i in keep]),
-                           (ctypes.c_int32 * max(1, n))(*[i + 1 for i in keep]), n)
+    set_arrays(lib, [bufs[i].addr for i in keep], [arrays[i].nbytes for i in keep], [i + 1 for i in keep])
     pcs, who, addr = (ctypes.c_uint64 * 2)(), (ctypes.c_int32 * 5)(), ctypes.c_uint64()
     lib.cudaemu_set_quiet(1)
     try:

@@ -27,7 +27,7 @@ from .. import ranks as _ranks
 from . import build as _build
 from . import faults as _faults
 from . import nvrtc as _nvrtc
-from .abi import POISON32, POISON32_AS_DOUBLE, FaultRecord, load
+from .abi import POISON32, POISON32_AS_DOUBLE, FaultRecord, load, set_arrays
 from .guarded import GuardedPool
 
 DEFAULT_SMEM = 48 * 1024
@@ -359,11 +359,8 @@ class CpuRuntime(Runtime):
             argv = (ctypes.c_void_p * max(1, len(holders)))(
                 *[ctypes.cast(ctypes.pointer(h), ctypes.c_void_p) for h in holders])
             # The buffers and their argument positions, for the tile checks of WMMA loads/stores.
-            n = len(bufs)
-            lib.cudaemu_set_arrays((ctypes.c_uint64 * max(1, n))(*[b.addr for b in bufs]),
-                                   (ctypes.c_uint64 * max(1, n))(*[a.nbytes for a in arrays]),
-                                   (ctypes.c_int32 * max(1, n))(
-                                       *[arg_slot.index(i) + 1 for i in range(n)]), n)
+            set_arrays(lib, [b.addr for b in bufs], [a.nbytes for a in arrays],
+                       [arg_slot.index(i) + 1 for i in range(len(bufs))])
 
             def copy_in():
                 for a, v, b in zip(arrays, views, bufs):
@@ -575,10 +572,8 @@ class CpuRuntime(Runtime):
         except Exception:        # noqa: BLE001  (a build that fails here only loses the line)
             return None
         lib = twin._module._lib
-        n = len(bufs)
-        lib.cudaemu_set_arrays((ctypes.c_uint64 * max(1, n))(*[b.addr for b in bufs]),
-                               (ctypes.c_uint64 * max(1, n))(*[a.nbytes for a in arrays]),
-                               (ctypes.c_int32 * max(1, n))(*[arg_slot.index(i) + 1 for i in range(n)]), n)
+        set_arrays(lib, [b.addr for b in bufs], [a.nbytes for a in arrays],
+                   [arg_slot.index(i) + 1 for i in range(len(bufs))])
         copy_in()
         lib.cudaemu_set_quiet(1)
         lib.cudaemu_counters_begin()
