@@ -391,3 +391,12 @@ def test_a_launch_handed_other_values_by_the_host_is_traced_to_them(tmp_path):
     assert "(merge_partial)" in said and "is handed other values than the finished version's" in said, said
     assert "holds 0 where the finished version's holds -inf" in said
     assert "the difference comes from the host code that fills or passes lse" in said
+
+
+def test_bfloat16_outputs_are_compared_by_value():
+    # NumPy keeps bfloat16 as uint16 bits: the first stored value that differs is found there too.
+    import numpy as np
+    from grader.runtimes.cpu.trace import _values
+    bits = np.array([0x3F80, 0xC000], dtype=np.uint16)          # 1.0, -2.0 in bfloat16
+    assert _values(bits).tolist() == [1.0, -2.0]
+    assert _values(np.array([3, -4], dtype=np.int32)).tolist() == [3.0, -4.0]

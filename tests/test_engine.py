@@ -499,3 +499,17 @@ def test_an_explanation_past_its_allowance_is_the_graders_time_not_a_hang():
     assert watch.expired()
     watch.handle({"event": "start", "case": "b"})
     assert not watch.explaining
+
+
+def test_a_gpu_pass_is_confirmed_on_the_cases_a_module_names():
+    from grader.engine.check import CONFIRM_CASES, confirmation_cases
+    from grader.engine.runner import CaseResult
+    from grader.tasks import load_task
+    ex = catalogue.resolve("10")
+    names = [c.name for c in load_task(ex).CASES]
+    ordered = [CaseResult(n, True, params=dict(c.params)) for n, c in zip(names, load_task(ex).CASES)]
+    plain = [r.name for r in confirmation_cases(ordered)]
+    named = [r.name for r in confirmation_cases(ordered, tuple(load_task(ex).CONFIRM))]
+    assert "persistent_short_tiles" in load_task(ex).CONFIRM
+    assert "persistent_short_tiles" not in plain and "persistent_short_tiles" in named
+    assert named[:CONFIRM_CASES] == plain[:CONFIRM_CASES]

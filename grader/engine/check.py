@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..catalogue import Exercise
 from ..errors import GraderError
+from ..tasks import load_task
 from .runner import NOT_RUN_HERE, CaseResult, select_cases
 from .verdict import settle
 
@@ -415,10 +416,11 @@ CONFIRM_CASES = 6    # the smallest cases (the first ones: cases go from small t
 CONFIRM_COVERS = ("d", "dtype", "causal")
 
 
-def confirmation_cases(ordered: list[CaseResult]) -> list[CaseResult]:
-    """The cases a GPU pass is confirmed on: the CONFIRM_CASES smallest, then the smallest case with
-    each value of CONFIRM_COVERS that those do not have."""
-    chosen = list(ordered[:CONFIRM_CASES])
+def confirmation_cases(ordered: list[CaseResult], named: tuple = ()) -> list[CaseResult]:
+    """The cases a GPU pass is confirmed on: the CONFIRM_CASES smallest, the cases the task names in
+    its CONFIRM (whose bug needs a thread order a GPU seldom runs), then the smallest case with each
+    value of CONFIRM_COVERS that those do not have."""
+    chosen = list(ordered[:CONFIRM_CASES]) + [r for r in ordered[CONFIRM_CASES:] if r.name in named]
     seen = {(k, repr(r.params.get(k))) for r in chosen for k in CONFIRM_COVERS}
     for r in ordered[CONFIRM_CASES:]:
         new = {(k, repr(r.params.get(k))) for k in CONFIRM_COVERS} - seen
@@ -451,7 +453,8 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
     # one GPU never showed, passed otherwise).
     unrun = [r for r in ordered if r.kind == "not_run" and r.message.startswith(NOT_RUN_HERE)]
     if failing is None:
-        names = [r.name for r in confirmation_cases(ordered) if r.kind != "not_run"] + [r.name for r in unrun]
+        named = tuple(getattr(load_task(ex), "CONFIRM", ()))
+        names = [r.name for r in confirmation_cases(ordered, named) if r.kind != "not_run"] + [r.name for r in unrun]
     else:
         # Every case the GPU ran: a cause is settled on all the failing ones, as the CPU's check does,
         # so the emulator can only add what a check on the CPU would state (never a cause that fewer
@@ -477,7 +480,8 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
     if fault is None:
         shown = len([c for c in report["cases"] if c["passed"]])
         also = f", and the {len(unrun)} this machine has too few GPUs for" if unrun else ""
-        return (f"confirmed on the CPU emulator on {shown} case(s), the smallest and the smallest of each head "
+        chosen = "the smallest, those the module names" if named else "the smallest"
+        return (f"confirmed on the CPU emulator on {shown} case(s), {chosen} and the smallest of each head "
                 f"dim, dtype and masking{also} (seed {seed}): no data race "
                 "between a block's threads and no out-of-bounds access was found there.")
     if failing is not None and ordered[failing].name != fault["name"]:

@@ -28,6 +28,7 @@ MIN_EXCESS_BYTES = 4096   # below this, a difference in reads is the rounding of
 CONFLICT_SHARE = 0.05  # shared-memory wavefronts lost to bank conflicts beyond the finished version's, as a
                        # share of all its wavefronts: past this, the conflicts cost a GPU real time
 MIN_CONFLICT_WAVEFRONTS = 1024
+SHARED_FACTOR = 1.25   # shared-memory wavefronts (bank conflicts aside), against the finished version's
 WORK_SEED = 0          # the work case's inputs (08's mask) are the same for every check, whatever its seed
 
 
@@ -115,9 +116,9 @@ def _shared(traces: list) -> dict[str, int]:
     return {"wavefronts": sum(x.s_wavefronts for x in lines), "ideal": sum(x.s_ideal for x in lines)}
 
 
-def _conflicted_line(traces: list) -> str | None:
-    """The student's line whose shared-memory accesses lose the most wavefronts to bank conflicts,
-    with how many ways they conflict."""
+def _shared_lines(traces: list) -> dict[str, list[int]]:
+    """Per student's line (file:line): [wavefronts its shared-memory accesses take, those they would
+    take without bank conflicts]."""
     per: dict[str, list[int]] = {}
     for t in traces:
         base = Path(t.student).name if getattr(t, "student", None) else None
@@ -126,12 +127,30 @@ def _conflicted_line(traces: list) -> str | None:
                 w = per.setdefault(x.where, [0, 0])
                 w[0] += x.s_wavefronts
                 w[1] += x.s_ideal
+    return per
+
+
+def _conflicted_line(traces: list) -> str | None:
+    """The student's line whose shared-memory accesses lose the most wavefronts to bank conflicts,
+    with how many ways they conflict."""
+    per = _shared_lines(traces)
     if not per:
         return None
     where, (wave, ideal) = max(per.items(), key=lambda kv: kv[1][0] - kv[1][1])
     if wave <= ideal:
         return None
     return f"line {where.rsplit(':', 1)[1]} ({wave / ideal:.1f}-way bank conflicts: {wave} wavefronts for {ideal})"
+
+
+def _busiest_shared_line(traces: list, total: int) -> str | None:
+    """The student's line whose shared-memory accesses take the most wavefronts (conflicts aside),
+    where it takes a quarter of `total` or more. ldmatrix's accesses count where the emulator makes
+    them, not at the student's call, so a kernel of ldmatrix loads often has no such line."""
+    per = _shared_lines(traces)
+    if not per:
+        return None
+    where, (_, ideal) = max(per.items(), key=lambda kv: kv[1][1])
+    return f"line {where.rsplit(':', 1)[1]} ({ideal} wavefronts)" if ideal and 4 * ideal >= total else None
 
 
 def _finished_traces(ex: Exercise, case: Case) -> list | None:
@@ -226,9 +245,20 @@ def compare(ex: Exercise, fn) -> str | None:
             found.append(f"the blocks read {_mb(n)} of {name}, where the finished version's read {_mb(m)} "
                          f"({n / m:.2f}×){f'; most of it at {line}' if line else ''}.")
     mine_s, theirs_s = _shared(mine), reference.get("shared")
-    if theirs_s and theirs_s["wavefronts"]:
-        lost, lost_theirs = mine_s["wavefronts"] - mine_s["ideal"], theirs_s["wavefronts"] - theirs_s["ideal"]
-        if lost - lost_theirs > max(CONFLICT_SHARE * theirs_s["wavefronts"], MIN_CONFLICT_WAVEFRONTS):
+    if theirs_s and theirs_s["ideal"]:
+        # More shared-memory accesses than the finished version's, bank conflicts aside: tiles
+        # loaded or multiplied that the schedule does not need.
+        if (mine_s["ideal"] > SHARED_FACTOR * theirs_s["ideal"]
+                and mine_s["ideal"] - theirs_s["ideal"] >= MIN_CONFLICT_WAVEFRONTS):
+            line = _busiest_shared_line(mine, mine_s["ideal"])
+            found.append(f"the blocks' shared-memory accesses take {mine_s['ideal']} wavefronts (bank conflicts "
+                         f"aside), where the finished version's take {theirs_s['ideal']} "
+                         f"({mine_s['ideal'] / theirs_s['ideal']:.2f}×){f'; the most at {line}' if line else ''}.")
+        # Bank conflicts beyond the finished version's rate: at its rate, this many accesses would
+        # lose `expected` wavefronts (more accesses are the finding above, not a conflict).
+        lost = mine_s["wavefronts"] - mine_s["ideal"]
+        expected = mine_s["ideal"] * (theirs_s["wavefronts"] / theirs_s["ideal"] - 1)
+        if lost - expected > max(CONFLICT_SHARE * theirs_s["wavefronts"], MIN_CONFLICT_WAVEFRONTS):
             line = _conflicted_line(mine)
             found.append(f"the blocks' shared-memory accesses take {mine_s['wavefronts']} wavefronts where "
                          f"{mine_s['ideal']} would do without bank conflicts; the finished version's take "

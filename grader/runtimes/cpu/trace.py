@@ -397,6 +397,14 @@ def _slot_pairs(a: LaunchTrace, b: LaunchTrace) -> list:
     return [(i, j) for i, x in enumerate(a.arrays) for j, y in enumerate(b.arrays) if x == y]
 
 
+def _values(x: np.ndarray) -> np.ndarray:
+    """An output's elements as float64, flat: 2-byte unsigned arrays are bfloat16 bits (NumPy has no
+    bfloat16; the course passes them as uint16), integers compare exactly as they are."""
+    if x.dtype == np.uint16:
+        return (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64).ravel()
+    return x.astype(np.float64).ravel()
+
+
 def _first_value_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) -> str | None:
     """Where reads, writes and shared memory all agree: the first stored element whose value differs,
     the store that wrote it, and the barrier before it (the values part in registers after it, or in
@@ -409,9 +417,9 @@ def _first_value_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) 
             if slot not in a.final or slot_b not in b.final:
                 continue
             x, y = a.final[slot], b.final[slot_b]
-            if x.shape != y.shape or x.dtype.kind != "f":
+            if x.shape != y.shape or x.dtype != y.dtype or x.dtype.kind not in "fiu":
                 continue
-            xf, yf = x.astype(np.float64).ravel(), y.astype(np.float64).ravel()
+            xf, yf = _values(x), _values(y)
             finite = np.abs(yf[np.isfinite(yf)])       # an lse of -inf (a row with no key) sets no scale
             scale = finite.max() if finite.size else 1.0
             with np.errstate(invalid="ignore"):

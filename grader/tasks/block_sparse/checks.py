@@ -34,7 +34,8 @@ CASES = [
     _case("blocks_16x48", 1, 1, 1, 96, 150, 32, "random", mb_m=16, mb_n=48, density=0.5),
     _case("blocks_128x128", 1, 2, 2, 300, 260, 32, "random", mb_m=128, mb_n=128, density=0.5),
     _case("blocks_48x80", 1, 2, 2, 150, 230, 32, "random", mb_m=48, mb_n=80, density=0.5),
-    _case("blocks_100x30", 2, 1, 1, 210, 150, 64, "random", mb_m=100, mb_n=30, density=0.5),
+    # 101 rows: a mask-row boundary inside a tile, a warp and a thread's rows alike (no power of two).
+    _case("blocks_101x30", 2, 1, 1, 210, 150, 64, "random", mb_m=101, mb_n=30, density=0.5),
     # Composed with causal (bottom-right).
     _case("causal_local", 1, 2, 2, 256, 256, 32, "local", window=100, causal=True),
     _case("causal_blocks", 1, 1, 1, 200, 200, 32, "causal_blocks", mb_m=32, mb_n=32, causal=True),
