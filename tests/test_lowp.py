@@ -57,3 +57,19 @@ def test_rows_stored_at_the_wrong_row_are_named():
     assert "hold another row" in misplaced_rows("o", got, want, 1e-3)
     got[:, 0] += 1.0                                # not another row's answer any more
     assert misplaced_rows("o", got, want, 1e-3) is None
+
+
+def test_float16_bits_stored_where_bfloat16_is_due_are_named(tmp_path):
+    # Module 06's o converted with the float16 intrinsic: read as bfloat16 it is garbage, but read as
+    # float16 right; the cause names the format stored (blind batch 28's kernel).
+    from pathlib import Path
+    from grader import catalogue
+    from grader.corpus import stated_causes
+    from grader.engine.check import run_check
+    path = Path(__file__).parent / "blind" / "06_flash_tensor_cores" / "o_store_half_bf16_b28.py"
+    report = run_check(catalogue.resolve("06"), path, "cpu", seed=3, cases=["bf16_tile_plus_1"])
+    assert not report["passed"]
+    assert stated_causes(report) == {"store:o_as_float16"}
+    x = np.array([0.5, -2.0, 3.25])
+    assert np.allclose(lowp.stored_as(x, "bfloat16", "bfloat16"), x)
+    assert not np.allclose(lowp.stored_as(x, "float16", "bfloat16"), x)

@@ -593,9 +593,7 @@ def store_causes(ctx):
     if dtype in ("float16", "bfloat16"):
         other = "bfloat16" if dtype == "float16" else "float16"
         for name in OUTPUTS:
-            with np.errstate(over="ignore", invalid="ignore"):
-                raw = lowp.encode(ctx.ref[name], other).view(np.uint16)       # the bits the store wrote
-                bits = (raw.view(np.float16) if dtype == "float16" else lowp.bf16_value(raw)).astype(np.float64)
+            bits = lowp.stored_as(ctx.ref[name], other, dtype)
             if _matches(ctx, {**{n: ctx.ref[n] for n in OUTPUTS}, name: bits}):
                 yield Cause(f"store:{name}_other_type", (
                     f"{names[name]} holds {other} bits read as {dtype} (the output matches that; the other gradients "

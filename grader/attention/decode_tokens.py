@@ -105,6 +105,7 @@ def diagnose(ctx):
     ctx = dataclasses.replace(ctx, inputs=decoded(ctx.inputs, p), noise=lowp.EPS[p["dtype"]] / 2)
     x = ctx.inputs
     H, Hkv, T, ps = p["H"], p["Hkv"], p["T"], x["k_pages"].shape[1]
+    yield from replays.store_format_causes(ctx)
     if H != Hkv:
         for name, mapping in (("h % Hkv", lambda h: h % Hkv), ("h", lambda h: min(h, Hkv - 1)), ("0", lambda h: 0)):
             alt = attend(x, kv_head=[mapping(h) for h in range(H)])

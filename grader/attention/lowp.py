@@ -57,6 +57,15 @@ def decode(a, dtype: str) -> np.ndarray:
     return out
 
 
+def stored_as(x, stored: str, dtype: str) -> np.ndarray:
+    """What a kernel's 2-byte output of `dtype` holds when it converts the values x to `stored`
+    instead (__floats2half2_rn where the element type is bfloat16, or the other way round): their
+    `stored` bits, read as `dtype`, as float64."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        raw = encode(x, stored).view(np.uint16)
+        return (raw.view(np.float16) if dtype == "float16" else bf16_value(raw)).astype(np.float64)
+
+
 def rounded(x, dtype: str) -> np.ndarray:
     """x rounded to dtype, as float64."""
     return decode(encode(x, dtype), dtype).astype(np.float64)

@@ -99,6 +99,7 @@ def diagnose(ctx):
         yield from replays.empty_row_causes(ctx)
         yield from replays.mask_causes(ctx, s, v)
         yield from fragments.mask_fragment_causes(ctx, s, v)
+    yield from replays.store_format_causes(ctx)
     yield from replays.prefill_causes(ctx, s, v, visible)
     yield from fragments.operand_causes(ctx, visible)
     yield from lanes.reduction_causes(ctx, s, v, visible, layout="quad")

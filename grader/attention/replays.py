@@ -209,6 +209,24 @@ def matches(ctx, o=None, lse=None, **others) -> bool:
     return close and wrong and not plain_only
 
 
+def store_format_causes(ctx, name="o"):
+    """o converted with one 16-bit format's intrinsic whatever the case's type (__floats2half2_rn
+    where the element type is bfloat16, or the other way round): its bits read as the case's type. The
+    id names the format stored, so that a case of that type, which the bug gets right, confirms it."""
+    dtype = ctx.params.get("dtype")
+    if dtype not in lowp.EPS or name not in ctx.ref:
+        return
+    for stored in lowp.EPS:
+        if stored == dtype and not getattr(ctx, "probe", None):
+            continue                      # the truth itself: only a probe asks whether it is right
+        if matches(ctx, **{name: lowp.stored_as(ctx.ref[name], stored, dtype)}):
+            yield Cause(f"store:{name}_as_{stored}", (
+                f"{name} holds {stored} bits read as {dtype} (the output matches that): its store converts to "
+                f"{stored} (__floats2{'half2' if stored == 'float16' else 'bfloat162'}_rn, "
+                f"{'__half2' if stored == 'float16' else '__nv_bfloat162'}) where the element type is {dtype}: "
+                "store with elem2_t and to_elem2, which follow USE_BF16."))
+
+
 def prefill_causes(ctx, s, v, visible=None):
     """Every prefill replay family (modules 00, 02, 03, 06): the last step, the streaming loop, the
     key range, the indexing, the scale, the exponent, an early return, and (where CONFIG spreads a
