@@ -122,3 +122,14 @@ def test_a_kernel_whose_shared_stores_conflict_fails_with_its_line(tmp_path):
     assert all(c["passed"] for c in report["cases"] if c["kind"] != "work")
     assert any(f"Most are lost at line {n} (8.0-way bank conflicts" in work["message"]
                for n in range(store, store + 4)), work["message"]     # the four stores of the tile
+
+
+def test_a_grid_of_mostly_idle_blocks_fails_below_the_block_factor():
+    """01's grid sized in rows where a block takes four (blind batch 29): 3.9 times the blocks, three
+    quarters of them idle."""
+    path = ROOT / "tests" / "blind" / "01_online_softmax" / "grid_one_block_per_row_b29.py"
+    report = run_check(catalogue.resolve("01"), path, "cpu", seed=7)
+    work = _work_case(report)
+    assert work is not None and not work["passed"]
+    assert "runs 130 blocks, where the finished version's runs 33" in work["message"]
+    assert "97 of them read and write no element" in work["message"]

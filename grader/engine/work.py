@@ -22,6 +22,7 @@ from ..errors import GraderError
 from ..spec import Case
 
 BLOCK_FACTOR = 4.0     # blocks launched by one kernel, against the finished version's (more or fewer)
+IDLE_FACTOR = 2.0      # ... or this many times its blocks, half of them or more reading and writing nothing
 READ_FACTOR = 1.25     # bytes read from one input array, against the finished version's (a workspace the
                        # kernel makes, a split's partial output, is a design choice and is not compared)
 MIN_EXCESS_BYTES = 4096   # below this, a difference in reads is the rounding of a tile, not work
@@ -230,8 +231,10 @@ def compare(ex: Exercise, fn) -> str | None:
         if m and BLOCK_FACTOR * n < m:
             found.append(f"{kernel}{f' (launched at {site})' if site else ''} runs {n} blocks, where the "
                          f"finished version's runs {m} ({m / n:.0f}× more): on a GPU most SMs would wait.")
-        if m and n > BLOCK_FACTOR * m:
-            idle = _idle(mine, kernel)
+        idle = _idle(mine, kernel) if m and n >= IDLE_FACTOR * m else 0
+        # Far more blocks than the finished version's; or more, most of them idle (a grid sized in
+        # rows where a block computes several).
+        if m and (n > BLOCK_FACTOR * m or 2 * idle >= n > 0 and idle):
             advice = (" Size the grid from the rows (or tiles) each block computes." if 2 * idle >= n else "")
             found.append(f"{kernel}{f' (launched at {site})' if site else ''} runs {n} blocks, where the "
                          f"finished version's runs {m} ({n / m:.0f}×); {idle} of them read and write no "

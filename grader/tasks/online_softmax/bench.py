@@ -8,3 +8,5 @@ BENCH = [
     BenchCase("R16384_n4096", _SHAPE, bytes=2.0 * 4 * _SHAPE["R"] * _SHAPE["n"],
               baselines={"CuPy (max, exp, sum, divide)": cupy_softmax}),
 ]
+# The work check's case (engine/work.py): rows not a multiple of a block's, so an idle block shows.
+WORK_CASE = BenchCase("work_R130_n300", dict(R=130, n=300))
