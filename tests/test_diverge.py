@@ -400,3 +400,17 @@ def test_bfloat16_outputs_are_compared_by_value():
     bits = np.array([0x3F80, 0xC000], dtype=np.uint16)          # 1.0, -2.0 in bfloat16
     assert _values(bits).tolist() == [1.0, -2.0]
     assert _values(np.array([3, -4], dtype=np.int32)).tolist() == [3.0, -4.0]
+
+
+def test_a_race_the_finder_cannot_pair_is_traced_in_both_orders():
+    # 12's merge without the __syncwarp before lane 0 rewrites lse (blind batch 29): the race finder
+    # does not order lanes by __syncwarp, so no pair is named; the two orders, traced, part at a line.
+    from pathlib import Path
+    from grader import catalogue
+    from grader.engine.check import run_check
+    path = Path(__file__).parent / "blind" / "12_ring_attention" / "merge_no_syncwarp_b29.py"
+    report = run_check(catalogue.resolve("12"), path, "cpu", seed=7, cases=["one_rank"])
+    msg = report["cases"][0]["message"]
+    assert not report["passed"] and "depends on the order in which the threads" in msg
+    assert "traced again forward and in reverse order: first divergence from the forward run" in msg
+    assert "is stored at line 97 `o[row * d + c] =" in msg

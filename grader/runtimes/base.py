@@ -132,6 +132,20 @@ def placed(source: str) -> str:
     return "\n".join(out)
 
 
+def source_lines(source: str) -> dict[int, str]:
+    """Every line of ``source`` that reports as a line of the student's file, by that line number."""
+    out, name, n = {}, None, 0
+    for text in placed(source).split("\n"):
+        m = re.match(r'#line (\d+) "(.*)"$', text)
+        if m:
+            name, n = m.group(2), int(m.group(1))
+            continue
+        if name is not None and GENERATED not in name:
+            out.setdefault(n, text)
+        n += 1
+    return out
+
+
 def line_text(source: str, line: int) -> str | None:
     """The text of the line of ``source`` that reports as ``line`` of the student's file (`placed`),
     or None where no line does."""

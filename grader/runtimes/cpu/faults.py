@@ -148,10 +148,11 @@ def _describe_access(kernel, rec, args, arg_slot, bufs, smem, shared_mem) -> str
 
 
 def race_fault(kernel, args, arg_slot, slot, ref, got, idx, ndiff, sample, grid,
-               how, named: dict | None = None) -> KernelFault:
+               how, named: dict | None = None, traced: str | None = None) -> KernelFault:
     """Rerunning ``sample`` blocks with their threads in another order (``how``) changed the
     output in guarded buffer ``slot``: ``ref`` became ``got``, first at flat index ``idx``.
-    ``named``: the race that explains it (races.describe: 'place' and 'text'), when one was found."""
+    ``named``: the race that explains it (races.describe: 'place' and 'text'), when one was found;
+    else ``traced``: where the two orders' traced runs first part (runtime._order_divergence)."""
     i, p, _ = _argument(kernel, args, arg_slot, slot)
     where = np.unravel_index(idx, ref.shape) if ref.ndim > 1 else (idx,)
     blocks = ", ".join(str(_block_coords(b, grid)) for b in sample[:4])
@@ -174,7 +175,7 @@ def race_fault(kernel, args, arg_slot, slot, ref, got, idx, ndiff, sample, grid,
         "into a neighbour's (a loop bound one too far, <= where < is due). A value used before "
         "it is ever set does this too: a local variable or accumulator read (or added to) before "
         "its first assignment holds whatever was left in its place, which changes with the order "
-        "in which the threads run.")
+        "in which the threads run." + (f"\n  observed: traced again forward and {how}: {traced}" if traced else ""))
 
 
 def block_order_fault(kernel, args, arg_slot, slot, ref, got, idx, ndiff) -> KernelFault:

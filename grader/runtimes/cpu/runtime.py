@@ -499,8 +499,45 @@ class CpuRuntime(Runtime):
                     named = self._name_race(kernel, run, copy_in, args, arg_slot, sample, grid, launch)
                     if named is None and hopper:
                         named = self._name_wgmma_read(kernel, lib, run, copy_in, sample, order)
+                    traced = None if named else self._order_divergence(kernel, run, copy_in, args, arg_slot,
+                                                                        sample, grid, launch, views, order)
                     raise _faults.race_fault(kernel, args, arg_slot, slot, ref, got, diff, ndiff,
-                                             sample, grid, how, named)
+                                             sample, grid, how, named, traced)
+
+    @staticmethod
+    def _order_divergence(kernel, run, copy_in, args, arg_slot, sample, grid, launch, views, order) -> str | None:
+        """Where no racing pair is named: the sampled blocks traced forward and in ``order`` (the
+        counting build), and where the two runs first part (trace.order_divergence), or None."""
+        from .trace import order_divergence, take
+        arrays, bufs, _, _, block = launch
+        try:
+            twin = kernel._module.counting_twin().get_function(kernel.name)
+        except Exception:        # noqa: BLE001  (a build that fails here only loses the observation)
+            return None
+        lib = twin._module._lib
+        set_arrays(lib, [b.addr for b in bufs], [a.nbytes for a in arrays],
+                   [arg_slot.index(i) + 1 for i in range(len(bufs))])
+        traces = []
+        lib.cudaemu_set_quiet(1)
+        try:
+            for o in (0, order):
+                copy_in()
+                lib.cudaemu_counters_begin()
+                lib.cudaemu_trace_begin()
+                try:
+                    run(sample, o, "", twin)
+                finally:
+                    lib.cudaemu_counters_end()
+                    traces.append(take(twin, lib, args, arg_slot, grid, block, views))
+        except KernelFault:
+            return None
+        finally:
+            lib.cudaemu_set_quiet(0)
+            _flush_printf(lib, discard=True)
+        try:
+            return order_divergence(*traces)
+        except Exception:        # noqa: BLE001  (an observation only: the order dependence stands)
+            return None
 
     @staticmethod
     def _name_wgmma_read(kernel, lib, run, copy_in, sample, order) -> dict | None:

@@ -46,6 +46,18 @@ class LaunchTrace:
     initial: dict = None           # array slot -> its contents when the launch began (the arrays it reads)
 
 
+def _remember(student: str, source: str) -> None:
+    """Where the student's file is not readable by its name here (the #line directive gives its base
+    name), its kernel lines from the module's source, so that a traced line shows its text."""
+    if not student or not source or linecache.getlines(student):
+        return
+    from ..base import source_lines
+    lines = source_lines(source)
+    if lines:
+        text = [lines.get(n, "") + "\n" for n in range(1, max(lines) + 1)]
+        linecache.cache[student] = (sum(map(len, text)), None, text, student)
+
+
 def take(kernel, lib, args, arg_slot, grid, block, views=None, initial=None) -> LaunchTrace:
     """The trace of the launch that just ran (called by CpuRuntime._launch)."""
     lib.cudaemu_trace_end()
@@ -71,6 +83,7 @@ def take(kernel, lib, args, arg_slot, grid, block, views=None, initial=None) -> 
     named = _addr2line(str(kernel._module._built.path), tuple(sorted(set(pcs.values()))))
     student = kernel._module.student_file
     base = student.rsplit("/", 1)[-1]
+    _remember(student, getattr(kernel._module, "source", "") or "")
     lines = {r: named.get(pc, "?") for r, pc in pcs.items()}
     # An access inside a function the emulator provides (atomicAdd, in its own headers) is the
     # student's line that the function was inlined into: a line of another file means nothing to them.
@@ -323,7 +336,8 @@ def _words(data: np.ndarray, offset: int, size: int) -> np.ndarray:
     return raw[:len(raw) // 4 * 4].view(np.float32)
 
 
-def _first_shared_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) -> str | None:
+def _first_shared_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace],
+                             other: str = "the finished version") -> str | None:
     """The first __syncthreads at which a block's shared memory holds other values than the finished
     version's same block at its same barrier, and the last store into the first differing word."""
     for i, (a, b) in enumerate(zip(mine, theirs), 1):
@@ -363,12 +377,21 @@ def _first_shared_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace])
             else:
                 wrote = "; no ordinary store wrote it before that barrier (a copy did, or nothing)"
             barrier = f"line {int(r['line'])}" + _source(f"{a.student}:{int(r['line'])}")
-            return (f"first divergence from the finished version, traced on the emulator: in {which}, block "
-                    f"{_block_coords(blk, a.grid)} reads and writes the same global elements as the finished "
-                    f"version's{_unseen(a, b)}, but at its {_nth(k - 1)} __syncthreads() ({barrier}) its shared memory differs "
-                    f"in {len(bad)} of {len(x)} words: {region} holds {_val(x[w])} where the finished "
-                    f"version's holds {_val(y[w])}{wrote}.")
+            return (f"first divergence from {other}, traced on the emulator: in {which}, block "
+                    f"{_block_coords(blk, a.grid)} reads and writes the same global elements as {other}'s"
+                    f"{_unseen(a, b)}, but at its {_nth(k - 1)} __syncthreads() ({barrier}) its shared memory differs "
+                    f"in {len(bad)} of {len(x)} words: {region} holds {_val(x[w])} where {other}'s "
+                    f"holds {_val(y[w])}{wrote}.")
     return None
+
+
+def order_divergence(forward: LaunchTrace, other: LaunchTrace) -> str | None:
+    """Where a launch whose result depends on the order of its threads first parts from its forward
+    run, traced both ways on the same blocks: the first barrier at which a block's shared memory
+    differs (and the last store before it), or the first stored value that differs. An observation:
+    where the two orders differ shows, not which access races."""
+    return (_first_shared_divergence([other], [forward], "the forward run")
+            or _first_value_divergence([other], [forward], "the forward run"))
 
 
 def _stores_at(recs: np.ndarray, slot: int, byte: int) -> np.ndarray:
@@ -405,7 +428,8 @@ def _values(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64).ravel()
 
 
-def _first_value_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) -> str | None:
+def _first_value_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace],
+                            other: str = "the finished version") -> str | None:
     """Where reads, writes and shared memory all agree: the first stored element whose value differs,
     the store that wrote it, and the barrier before it (the values part in registers after it, or in
     registers carried across it)."""
@@ -435,9 +459,9 @@ def _first_value_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) 
             last = w[-1]
             blk, epoch = int(last["block"]), int(last["epoch"])
             wb = _stores_at(b.records, slot_b, byte)
-            other = ""
+            other_store = ""
             if len(wb) and (int(wb[-1]["thread"]), int(wb[-1]["block"])) != (int(last["thread"]), blk):
-                other = (f" (in the finished version, thread {int(wb[-1]['thread'])} of block "
+                other_store = (f" (in {other}, thread {int(wb[-1]['thread'])} of block "
                          f"{_block_coords(int(wb[-1]['block']), b.grid)} stores it)")
             before = ""
             if a.snaps is not None and epoch:
@@ -447,12 +471,12 @@ def _first_value_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) 
                     before = (f", after its {_nth(epoch - 1)} __syncthreads() (line {ln}"
                               f"{_source(f'{a.student}:{ln}')})")
             copies = f", or in what TMA copies through {', '.join(a.maps)}" if a.maps else ""
-            return (f"first divergence from the finished version, traced on the emulator: in {which}, every block "
-                    f"reads and writes the same global elements as the finished version's{_unseen(a, b)}, and its "
+            return (f"first divergence from {other}, traced on the emulator: in {which}, every block "
+                    f"reads and writes the same global elements as {other}'s{_unseen(a, b)}, and its "
                     "shared memory holds the same values at every __syncthreads(); the first stored value that differs, "
-                    f"{describe(name, shape, np.array([e]))} = {_val(xf[e])} (the finished version stores "
+                    f"{describe(name, shape, np.array([e]))} = {_val(xf[e])} ({other} stores "
                     f"{_val(yf[e])}), is stored at {_where(a, last['where'])} by thread {int(last['thread'])} "
-                    f"of block {_block_coords(blk, a.grid)}{before}{other}. So the values part in registers: in what that "
+                    f"of block {_block_coords(blk, a.grid)}{before}{other_store}. So the values part in registers: in what that "
                     f"thread computes before the store, or in values it keeps in registers across the barriers{copies}.")
     return None
 
