@@ -529,15 +529,12 @@ class CpuRuntime(Runtime):
                 finally:
                     lib.cudaemu_counters_end()
                     traces.append(take(twin, lib, args, arg_slot, grid, block, views))
-        except KernelFault:
+            return order_divergence(*traces)
+        except Exception:        # noqa: BLE001  (a fault, or a trace cut: an observation only, the order dependence stands)
             return None
         finally:
             lib.cudaemu_set_quiet(0)
             _flush_printf(lib, discard=True)
-        try:
-            return order_divergence(*traces)
-        except Exception:        # noqa: BLE001  (an observation only: the order dependence stands)
-            return None
 
     @staticmethod
     def _name_wgmma_read(kernel, lib, run, copy_in, sample, order) -> dict | None:
