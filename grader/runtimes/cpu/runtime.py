@@ -505,31 +505,51 @@ class CpuRuntime(Runtime):
                                              sample, grid, how, named, traced)
 
     @staticmethod
-    def _order_divergence(kernel, run, copy_in, args, arg_slot, sample, grid, launch, views, order) -> str | None:
-        """Where no racing pair is named: the sampled blocks traced forward and in ``order`` (the
-        counting build), and where the two runs first part (trace.order_divergence), or None."""
-        from .trace import order_divergence, take
-        arrays, bufs, _, _, block = launch
+    def _counting_twin(kernel, arg_slot, arrays, bufs):
+        """(the kernel's counting build, its library) handed this launch's arrays, for a traced rerun;
+        None where it does not build (the rerun only adds to a message)."""
         try:
             twin = kernel._module.counting_twin().get_function(kernel.name)
-        except Exception:        # noqa: BLE001  (a build that fails here only loses the observation)
+        except Exception:        # noqa: BLE001  (a build that fails here only loses what the trace adds)
             return None
         lib = twin._module._lib
         set_arrays(lib, [b.addr for b in bufs], [a.nbytes for a in arrays],
                    [arg_slot.index(i) + 1 for i in range(len(bufs))])
-        traces = []
+        return twin, lib
+
+    @staticmethod
+    def _trace_once(twin, lib, run, copy_in, blocks, order, args, arg_slot, grid, block, views=None,
+                    keep_on_fault=False):
+        """One traced run of ``blocks`` (None: all) in thread ``order``, from the launch's inputs: its
+        LaunchTrace. A fault propagates, unless ``keep_on_fault`` (the trace up to it is returned)."""
+        from .trace import take
+        copy_in()
+        lib.cudaemu_counters_begin()
+        lib.cudaemu_trace_begin()
+        try:
+            run(blocks, order, "", twin)
+        except KernelFault:
+            if not keep_on_fault:
+                raise
+        finally:
+            lib.cudaemu_counters_end()
+            trace = take(twin, lib, args, arg_slot, grid, block, views)
+        return trace
+
+    def _order_divergence(self, kernel, run, copy_in, args, arg_slot, sample, grid, launch, views,
+                          order) -> str | None:
+        """Where no racing pair is named: the sampled blocks traced forward and in ``order`` (the
+        counting build), and where the two runs first part (trace.order_divergence), or None."""
+        from .trace import order_divergence
+        arrays, bufs, _, _, block = launch
+        built = self._counting_twin(kernel, arg_slot, arrays, bufs)
+        if built is None:
+            return None
+        twin, lib = built
         lib.cudaemu_set_quiet(1)
         try:
-            for o in (0, order):
-                copy_in()
-                lib.cudaemu_counters_begin()
-                lib.cudaemu_trace_begin()
-                try:
-                    run(sample, o, "", twin)
-                finally:
-                    lib.cudaemu_counters_end()
-                    traces.append(take(twin, lib, args, arg_slot, grid, block, views))
-            return order_divergence(*traces)
+            return order_divergence(*[self._trace_once(twin, lib, run, copy_in, sample, o, args, arg_slot,
+                                                       grid, block, views) for o in (0, order)])
         except Exception:        # noqa: BLE001  (a fault, or a trace cut: an observation only, the order dependence stands)
             return None
         finally:
@@ -600,25 +620,17 @@ class CpuRuntime(Runtime):
         the launch again, from the same inputs, in the counting build with every access traced; the
         first store of that argument outside its bytes, as (file:line, 'thread t of block b at line N
         `text`'), or None."""
-        from .trace import _where, take
-        try:
-            twin = kernel._module.counting_twin().get_function(kernel.name)
-        except Exception:        # noqa: BLE001  (a build that fails here only loses the line)
+        from .trace import _where
+        built = CpuRuntime._counting_twin(kernel, arg_slot, arrays, bufs)
+        if built is None:
             return None
-        lib = twin._module._lib
-        set_arrays(lib, [b.addr for b in bufs], [a.nbytes for a in arrays],
-                   [arg_slot.index(i) + 1 for i in range(len(bufs))])
-        copy_in()
+        twin, lib = built
         lib.cudaemu_set_quiet(1)
-        lib.cudaemu_counters_begin()
-        lib.cudaemu_trace_begin()
         try:
-            run(None, 0, "", twin)
-        except KernelFault:
-            pass                 # the same damage again, or a fault: the trace so far tells
+            # The same damage again, or a fault: the trace so far tells.
+            trace = CpuRuntime._trace_once(twin, lib, run, copy_in, None, 0, args, arg_slot, grid, block,
+                                           keep_on_fault=True)
         finally:
-            lib.cudaemu_counters_end()
-            trace = take(twin, lib, args, arg_slot, grid, block)
             lib.cudaemu_set_quiet(0)
             _flush_printf(lib, discard=True)
         r = trace.records
