@@ -34,7 +34,7 @@ def test_causal_kernel_that_loads_every_key_tile_fails_with_its_line(tmp_path):
     assert all(c["passed"] for c in report["cases"] if c["kind"] != "work")
     work = _work_case(report)
     assert work is not None and not work["passed"]
-    assert "read 0.295 MB of k" in work["message"] and "(1.71×)" in work["message"]
+    assert "read 0.131 MB of k" in work["message"] and "(1.60×)" in work["message"]
     assert "line 110 `if (kv_start + j < n_k)" in work["message"]
     assert "reads k[0, 0," in work["message"]        # the first divergence: which block reads more
 

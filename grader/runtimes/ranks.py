@@ -87,16 +87,17 @@ def _describe(a) -> str:
     return f"a {np.dtype(a.dtype).name} array of shape {list(a.shape)}"
 
 
-def _check_buffer(what: str, a, rank: int, size: int, peer) -> None:
+def _check_buffer(what: str, a, rank: int, size: int, peer, where: str) -> None:
+    """`where`: the student's line that made the call (user_line), said in each message."""
     if not hasattr(a, "nbytes") or not hasattr(a, "dtype"):
-        raise GraderError(f"rank {rank}: {what} takes an array made through rt, got {type(a).__name__}")
+        raise GraderError(f"rank {rank}: {what} ({where}) takes an array made through rt, got {type(a).__name__}")
     if not a.flags.c_contiguous:
-        raise GraderError(f"rank {rank}: {what} moves an array's bytes as they lie in memory, so the array "
+        raise GraderError(f"rank {rank}: {what} ({where}) moves an array's bytes as they lie in memory, so the array "
                           f"must be contiguous; got {_describe(a)} that is a strided view. Send a contiguous "
                           "buffer (take the rows into one with a kernel first).")
     if not isinstance(peer, (int, np.integer)) or not 0 <= int(peer) < size or int(peer) == rank:
-        raise GraderError(f"rank {rank}: {what} needs a peer rank in 0 .. {size - 1} other than {rank}, "
-                          f"got {peer!r}")
+        raise GraderError(f"rank {rank}: {what} ({where}) needs a peer rank in 0 .. {size - 1} other than "
+                          f"{rank}, got {peer!r}")
 
 
 # ---- streams and events on the CPU ------------------------------------------------------------
@@ -281,11 +282,11 @@ class StandInComm:
 
     def _op(self, send: bool, buf, peer, stream):
         what = "comm.send" if send else "comm.recv"
-        _check_buffer(what, buf, self.rank, self.size, peer)
+        me = self._world.ranks[self.rank]
+        _check_buffer(what, buf, self.rank, self.size, peer, user_line(me.path))
         if not isinstance(stream, CpuStream):
             raise GraderError(f"rank {self.rank}: {what} needs the stream it runs in (a stream made with "
                               f"rt.stream()), got {type(stream).__name__}")
-        me = self._world.ranks[self.rank]
         op = _Op(self.rank, send, int(peer), buf, stream, user_line(me.path))
         self._world.model.access(me, stream, [buf], [not send], f"{what} {'to' if send else 'from'} rank {peer} "
                                  f"({op.line})")
@@ -471,7 +472,7 @@ class NcclComm:
 
     def _call(self, send: bool, buf, peer, stream):
         what = "comm.send" if send else "comm.recv"
-        _check_buffer(what, buf, self.rank, self.size, peer)
+        _check_buffer(what, buf, self.rank, self.size, peer, user_line(self._path))
         ptr = getattr(stream, "ptr", None)
         if ptr is None:
             raise GraderError(f"rank {self.rank}: {what} needs the stream it runs in (a stream made with "

@@ -470,9 +470,10 @@ class CpuRuntime(Runtime):
     def _race_check(self, kernel, run, copy_in, views, args, arg_slot, grid, total, launch,
                     hopper=False) -> None:
         """Rerun some blocks with their threads in reverse and in a shuffled order and compare. A
-        kernel that used Hopper's instructions (mbarriers, named barriers, wgmma) runs once more
-        greedily (emu_runtime.cpp's greedy_step): a warpgroup runs ahead as far as its waits let it,
-        which shows a buffer rewritten before another warpgroup has read it."""
+        block of more than one warp runs once more greedily (emu_runtime.cpp's greedy_step): a warp
+        (or, with Hopper's waits, a warpgroup) runs ahead as far as its barriers and waits let it,
+        which shows a buffer rewritten before another warp has read it (a missing __syncthreads
+        between two phases that share shared memory, a stage refilled before its readers are done)."""
         if self.race_check == "full" or total <= self.race_blocks:
             sample = list(range(total))
         else:
@@ -485,7 +486,7 @@ class CpuRuntime(Runtime):
         run(sample, 0, "")
         reference = [v.copy() for v in views]
         orders = [(1, "in reverse order"), (2, "in a shuffled order")]
-        if hopper:
+        if hopper or launch[4][0] * launch[4][1] * launch[4][2] > 32:
             orders.append((3, "greedily (the first that can run always runs first)"))
         for order, how in orders:
             copy_in()
