@@ -234,7 +234,7 @@ def compare(ex: Exercise, fn) -> str | None:
         idle = _idle(mine, kernel) if m and n >= IDLE_FACTOR * m else 0
         # Far more blocks than the finished version's; or more, most of them idle (a grid sized in
         # rows where a block computes several).
-        if m and (n > BLOCK_FACTOR * m or 2 * idle >= n > 0 and idle):
+        if m and (n > BLOCK_FACTOR * m or (idle and 2 * idle >= n)):
             advice = (" Size the grid from the rows (or tiles) each block computes." if 2 * idle >= n else "")
             found.append(f"{kernel}{f' (launched at {site})' if site else ''} runs {n} blocks, where the "
                          f"finished version's runs {m} ({n / m:.0f}×); {idle} of them read and write no "

@@ -132,6 +132,11 @@ def placed(source: str) -> str:
     return "\n".join(out)
 
 
+def bf16_value(bits) -> np.ndarray:
+    """bfloat16 bits (uint16, as NumPy holds a bfloat16 array) -> float32, exactly."""
+    return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
 def source_lines(source: str) -> dict[int, str]:
     """Every line of ``source`` that reports as a line of the student's file, by that line number."""
     out, name, n = {}, None, 0
@@ -149,16 +154,7 @@ def source_lines(source: str) -> dict[int, str]:
 def line_text(source: str, line: int) -> str | None:
     """The text of the line of ``source`` that reports as ``line`` of the student's file (`placed`),
     or None where no line does."""
-    name, n = None, 0
-    for text in placed(source).split("\n"):
-        m = re.match(r'#line (\d+) "(.*)"$', text)
-        if m:
-            name, n = m.group(2), int(m.group(1))
-            continue
-        if name is not None and GENERATED not in name and n == line:
-            return text
-        n += 1
-    return None
+    return source_lines(source).get(line)
 
 
 def generated_lines(text: str) -> str:

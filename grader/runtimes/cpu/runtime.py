@@ -486,7 +486,8 @@ class CpuRuntime(Runtime):
         run(sample, 0, "")
         reference = [v.copy() for v in views]
         orders = [(1, "in reverse order"), (2, "in a shuffled order")]
-        if hopper or launch[4][0] * launch[4][1] * launch[4][2] > 32:
+        block = launch[4]
+        if hopper or block[0] * block[1] * block[2] > 32:      # more than one warp
             orders.append((3, "greedily (the first that can run always runs first)"))
         for order, how in orders:
             copy_in()

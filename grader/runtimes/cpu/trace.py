@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .counters import _addr2line
+from ..base import bf16_value
 from .faults import _block_coords
 from .symbols import addr2line, student_line
 
@@ -424,7 +425,7 @@ def _values(x: np.ndarray) -> np.ndarray:
     """An output's elements as float64, flat: 2-byte unsigned arrays are bfloat16 bits (NumPy has no
     bfloat16; the course passes them as uint16), integers compare exactly as they are."""
     if x.dtype == np.uint16:
-        return (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64).ravel()
+        return bf16_value(x).astype(np.float64).ravel()
     return x.astype(np.float64).ravel()
 
 
