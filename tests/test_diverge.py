@@ -414,3 +414,13 @@ def test_a_race_the_finder_cannot_pair_is_traced_in_both_orders():
     assert not report["passed"] and "depends on the order in which the threads" in msg
     assert "traced again forward and in reverse order: first divergence from the forward run" in msg
     assert "is stored at line 97 `o[row * d + c] =" in msg
+
+
+@pytest.mark.slow
+def test_a_tile_copied_to_the_wrong_place_names_the_copy_and_both_sources(tmp_path):
+    ex = catalogue.resolve("06_flash_tensor_cores")
+    f, _ = planted(tmp_path, "elem_t* dst = tile + swz<D>(r, c);", "elem_t* dst = tile + r * D + c;",
+                   "unswizzled.py", ex)     # the copies land unswizzled; ldmatrix reads them swizzled
+    said = first_failure(f, "bf16_tile_plus_1", ex)["divergence"]
+    assert said and "the last write to it before that barrier is the copy at line" in said, said
+    assert "called at line 163" in said and "where the finished version's copied" in said, said

@@ -133,3 +133,18 @@ def test_a_grid_of_mostly_idle_blocks_fails_below_the_block_factor():
     assert work is not None and not work["passed"]
     assert "runs 130 blocks, where the finished version's runs 33" in work["message"]
     assert "97 of them read and write no element" in work["message"]
+
+
+def test_one_key_tile_too_many_shows_in_02s_work_case(tmp_path):
+    """02's key-tile loop run while kv_start <= n_k (blind batch 31): one tile past the keys, which reads
+    nothing (its loads are guarded) but is stored, multiplied and rescaled. The work case has two key
+    tiles, so that tile is half as much shared-memory work again."""
+    src = (ROOT / "solutions" / "02_flash_forward.py").read_text()
+    loop = "for (int kv_start = 0; kv_start < n_k; kv_start += BLOCK_N) {"
+    assert loop in src
+    path = tmp_path / "one_more_tile.py"
+    path.write_text(src.replace(loop, loop.replace("kv_start < n_k", "kv_start <= n_k")))
+    report = run_check(catalogue.resolve("02"), path, "cpu", seed=7)
+    work = _work_case(report)
+    assert work is not None and not work["passed"]
+    assert "(1.50×); the most at line" in work["message"], work["message"]

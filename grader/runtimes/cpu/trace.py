@@ -369,14 +369,18 @@ def _first_shared_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace],
             byte = 4 * w
             region = (f"byte {byte} of the static shared memory" if byte < static
                       else f"byte {byte - static} of the dynamic shared memory")
-            stores = a.records[(a.records["arg"] == -1) & (a.records["block"] == blk) & (a.records["epoch"] < k)
-                               & (a.records["off"] <= byte) & (a.records["off"] + a.records["size"] > byte)]
-            if len(stores):
-                last = stores[-1]
+            last, source = _last_write(a, blk, k, byte)
+            if last is None:
+                wrote = "; nothing wrote it before that barrier"
+            elif source is None:
                 wrote = (f"; the last store to it before that barrier is at {_where(a, last['where'])}, "
                          f"by thread {int(last['thread'])}")
             else:
-                wrote = "; no ordinary store wrote it before that barrier (a copy did, or nothing)"
+                _, theirs_from = _last_write(b, blk, int(o["index"]), byte)
+                wrote = (f"; the last write to it before that barrier is the copy at {_where(a, last['where'])}, "
+                         f"by thread {int(last['thread'])}, of {source}"
+                         + (f", where {other}'s copied {theirs_from} there" if theirs_from and theirs_from != source
+                            else ""))
             barrier = f"line {int(r['line'])}" + _source(f"{a.student}:{int(r['line'])}")
             return (f"first divergence from {other}, traced on the emulator: in {which}, block "
                     f"{_block_coords(blk, a.grid)} reads and writes the same global elements as {other}'s"
@@ -384,6 +388,28 @@ def _first_shared_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace],
                     f"in {len(bad)} of {len(x)} words: {region} holds {_val(x[w])} where {other}'s "
                     f"holds {_val(y[w])}{wrote}.")
     return None
+
+
+def _last_write(a: LaunchTrace, blk: int, k: int, byte: int):
+    """The last write into shared byte `byte` of block blk before its k-th __syncthreads (a store, or
+    a copy: cp.async, cp.async.bulk), and for a copy the element it copied ('k[0, 1, 8, 0..3]'), else
+    None; (None, None) when nothing wrote it."""
+    r = a.records
+    hit = np.flatnonzero((r["arg"] == -1) & (r["block"] == blk) & (r["epoch"] < k)
+                         & (r["off"] <= byte) & (r["off"] + r["size"] > byte))
+    if not len(hit):
+        return None, None
+    i = int(hit[-1])
+    last = r[i]
+    if not int(last["where"]) & _LINE or i == 0:
+        return last, None
+    src = r[i - 1]              # a copy traces its read right before its write (trace.h: trace_copy)
+    if (src["arg"] < 0 or src["write"] or src["where"] != last["where"] or src["thread"] != last["thread"]
+            or src["block"] != blk):
+        return last, "zeros (no source: a zero-filled copy)" if int(last["size"]) else None
+    name, shape, itemsize = a.arrays[int(src["arg"])]
+    first = (int(src["off"]) + (byte - int(last["off"]))) // itemsize
+    return last, describe(name, shape, np.array([first]))
 
 
 def order_divergence(forward: LaunchTrace, other: LaunchTrace) -> str | None:

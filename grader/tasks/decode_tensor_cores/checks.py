@@ -22,6 +22,9 @@ CASES = [
     C("splits_past_short_context", dict(_, T=4, H=8, lens="300/45", num_splits=8)),
     # 40 splits of 10 keys, key 395 (the last page) scoring about +150 over the rest.
     C("late_page_dominates", dict(_, lens="400/37", num_splits=40, hot_key=395, hot=150.0, dtype="bfloat16")),
+    # Key 2 scoring about +150 over the rest, then 400 more keys in the same split: every later stage's max
+    # lies far below the running max.
+    C("early_key_dominates", dict(_, lens="400/37", num_splits=1, hot_key=2, hot=150.0, dtype="bfloat16")),
     C("large_logits", dict(_, T=2, lens="120/9", logit=50.0, num_splits=3, dtype="bfloat16")),
     C("scores_far_below_zero", dict(_, lens="150/7", shift=-150.0, num_splits=4)),
     C("custom_scale", dict(_, T=2, lens="97/53", scale=0.3, d=128)),

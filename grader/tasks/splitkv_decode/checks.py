@@ -37,6 +37,9 @@ CASES = [
     # 58 splits of 7 keys, and key 395 (split 56) scoring about +150 over the rest: a combine whose max
     # over the splits reads one split per lane (none past the warp's 32) weighs that split by exp(> 88) = inf.
     C("late_split_dominates", dict(B=2, H=4, Hkv=2, d=64, lens="400/37", num_splits=64, hot_key=395, hot=150.0)),
+    # Key 2 scoring about +150 over the rest, in the first steps of one split of 300 keys: every later
+    # step's max lies far below the running max (exp of the difference overflows if the max is not kept).
+    C("early_key_dominates", dict(B=2, H=4, Hkv=2, d=64, lens="300/37", num_splits=1, hot_key=2, hot=150.0)),
     C("long_context", dict(B=1, H=8, Hkv=2, d=128, lens="509")),
     # Not 1/sqrt(d): a kernel that computes its own scale instead of using the argument fails here.
     C("custom_scale", dict(B=2, H=4, Hkv=2, d=64, lens="97/53", scale=0.3)),

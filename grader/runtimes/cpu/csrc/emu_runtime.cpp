@@ -45,7 +45,7 @@ static void counters_barrier();
 static void counters_block_start(int nthreads);
 static void counters_block_end(int nthreads);
 // Tracing (trace.h, included at the end): the runtime's own copies from global memory.
-static void trace_copy(const void* src, unsigned size, int line);
+static void trace_copy(const void* src, unsigned size, const char* dst, unsigned dst_size, int line);
 static void trace_barrier(int line);
 static void trace_block_start();
 
@@ -1102,7 +1102,7 @@ extern "C" HIDDEN void __cudaemu_cp_async(uint64_t dst, const void* src, int siz
   AsyncCopy c;
   memset(&c, 0, sizeof c);
   if (src_size > 0) memcpy(c.data, src, (size_t)src_size);
-  if (src_size > 0) trace_copy(src, (unsigned)src_size, line);
+  trace_copy(src_size > 0 ? src : nullptr, (unsigned)(src_size > 0 ? src_size : 0), d, (unsigned)size, line);
   c.dst = d;
   c.file = file;
   c.line = line;

@@ -2,7 +2,7 @@
 // first-divergence report (grader/runtimes/cpu/trace.py). Included after counters.h, whose counting
 // build calls trace_global for every load and store of an array argument; the runtime's own copies
 // (cp.async) call trace_copy with the student's line. Stores to shared memory are traced too (arg
-// -1, their offset in the block's shared window: static, then dynamic), and at every __syncthreads
+// -1, their offset in the block's shared window: static, then dynamic; a copy's with its line), and at every __syncthreads
 // the block's shared memory is copied (a snapshot), so that the grader can find the first barrier
 // where a tile differs and the last store into it. Off unless cudaemu_trace_begin turned it on.
 
@@ -72,13 +72,18 @@ static void trace_outside(int row, uintptr_t addr, unsigned size, int write) {
     }
 }
 
-// A store to shared memory: its offset in the window (static bytes first, then dynamic).
-static void trace_shared_write(int row, const char* c, unsigned size) {
-  if (!tracing || row < 0 || !cur) return;
+// A write into shared memory: its offset in the window (static bytes first, then dynamic).
+static void trace_shared_at(uint32_t where, const char* c, unsigned size) {
   size_t static_bytes = static_shared_bytes();
   uintptr_t off = in_static(c, size) ? (uintptr_t)(c - __start_cuda_shared)
                                      : (uintptr_t)static_bytes + (uintptr_t)(c - smem_dyn);
-  trace_add(-1, off, size, 1, (uint32_t)row);
+  trace_add(-1, off, size, 1, where);
+}
+
+// A store to shared memory.
+static void trace_shared_write(int row, const char* c, unsigned size) {
+  if (!tracing || row < 0 || !cur) return;
+  trace_shared_at((uint32_t)row, c, size);
 }
 
 static void trace_block_start() { trace_epoch = 0; }
@@ -112,14 +117,19 @@ static void trace_barrier(int line) {
   snap_used += bytes;
 }
 
-static void trace_copy(const void* src, unsigned size, int line) {
-  if (!tracing || !cur || !size) return;
+// A copy into shared memory (cp.async, cp.async.bulk) of `size` bytes from src (none: zeros) to dst,
+// `dst_size` bytes: the read of src, then the write of dst with the same line, right after it (so
+// that a barrier's snapshot names the copy, and the element it came from).
+static void trace_copy(const void* src, unsigned size, const char* dst, unsigned dst_size, int line) {
+  if (!tracing || !cur) return;
+  const uint32_t where = TRACE_LINE | (uint32_t)(line > 0 ? line : 0);
   uintptr_t c = (uintptr_t)src;
-  for (int i = 0; i < n_array_args && i < 64; ++i)
+  for (int i = 0; size && i < n_array_args && i < 64; ++i)
     if (c >= array_args[i].lo && c + size <= array_args[i].hi) {
-      trace_add(i, c, size, 0, TRACE_LINE | (uint32_t)(line > 0 ? line : 0));
-      return;
+      trace_add(i, c, size, 0, where);
+      break;
     }
+  if (dst && dst_size) trace_shared_at(where, dst, dst_size);
 }
 
 EXPORT void cudaemu_trace_begin() { tracing = 1; trace_n = 0; trace_cut = 0; snap_n = 0; snap_used = 0; }
