@@ -424,3 +424,24 @@ def test_a_tile_copied_to_the_wrong_place_names_the_copy_and_both_sources(tmp_pa
     said = first_failure(f, "bf16_tile_plus_1", ex)["divergence"]
     assert said and "the last write to it before that barrier is the copy at line" in said, said
     assert "called at line 163" in said and "where the finished version's copied" in said, said
+
+
+def test_an_output_of_the_wrong_shape_names_the_line_that_made_it(tmp_path):
+    ex = catalogue.resolve("00_naive_attention")
+    f, line = planted(tmp_path, 'lse = rt.empty((B, H, n_q), "float32")', 'lse = rt.empty((B, n_q, H), "float32")',
+                      "lse_shape.py", ex)
+    said = first_failure(f, "tiny", ex)["message"]
+    assert "output 'lse' has shape" in said and f"lse is the array made at line {line} `" in said, said
+
+
+@pytest.mark.slow
+def test_a_barrier_made_a_syncwarp_is_named_as_a_race_between_warps(tmp_path):
+    # __syncwarp orders the lanes of one warp, so a pair of one warp is not provably a race: the finder
+    # looks for a pair of two warps first (blind batch 32's 03), and names it.
+    f, line = planted(tmp_path, "        __syncthreads();                     // everyone is done with k_s, v_s, p_s",
+                      "        __syncwarp();                        // everyone is done with k_s, v_s, p_s",
+                      "end_syncwarp.py")
+    case = first_failure(f, "many_key_tiles")
+    assert "data race in block" in case["message"], case["message"]
+    threads = [int(t) for t in __import__("re").findall(r"thread \((\d+), 0, 0\)", case["message"])[:2]]
+    assert len(threads) == 2 and threads[0] // 32 != threads[1] // 32, case["message"]

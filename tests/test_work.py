@@ -148,3 +148,23 @@ def test_one_key_tile_too_many_shows_in_02s_work_case(tmp_path):
     work = _work_case(report)
     assert work is not None and not work["passed"]
     assert "(1.50×); the most at line" in work["message"], work["message"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mid, old, new", [
+    ("10_flash_hopper", "const int q_last = min(q_start + BLOCK_M, n_q) - 1;", "const int q_last = n_q - 1;"),
+    ("14_backward_hopper", "const int m_begin = causal ? max(0, (k_start - offset) / BLOCK_M * BLOCK_M) : 0;",
+     "const int m_begin = 0;"),
+])
+def test_tiles_a_causal_mask_skips_but_tma_loads_show_in_the_work(tmp_path, mid, old, new):
+    """The Hopper modules load their tiles with TMA: its reads through the tensor maps are traced, so
+    tiles past the diagonal loaded anyway (blind batch 32's 10) are counted, and placed at the copy."""
+    src = (ROOT / "solutions" / f"{mid}.py").read_text()
+    assert old in src
+    path = tmp_path / "all_tiles.py"
+    path.write_text(src.replace(old, new))
+    report = run_check(catalogue.resolve(mid[:2]), path, "cpu", seed=7)
+    work = _work_case(report)
+    assert work is not None and not work["passed"], report
+    assert "_map, where the finished version's read" in work["message"], work["message"]
+    assert "cp.async.bulk.tensor" in work["message"], work["message"]

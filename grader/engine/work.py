@@ -2,7 +2,8 @@
 of mostly idle blocks, key tiles a mask or causality leaves empty loaded anyway). Its outputs cannot
 show that, and a timing would depend on the machine and its load. So, on the task's WORK_CASE (its
 bench.py), the submission runs traced on the emulator, and what a GPU would pay for is counted: the
-blocks each kernel launches, and the bytes of each input array its blocks read. Where these are far
+blocks each kernel launches, and the bytes of each input array its blocks read (through a tensor map
+too: TMA's reads are traced, named after the map's parameter). Where these are far
 from the finished version's counts (recorded in grader/data/work_counts.json) by the factors below, the
 check fails on a case of its own ("work"), with the counts and, where the finished version is installed,
 the first place where the two traces part (trace.py), with its line: an observation, never a cause. The counts come from the emulator, so the verdict is the same on
@@ -240,7 +241,7 @@ def compare(ex: Exercise, fn) -> str | None:
                          f"finished version's runs {m} ({n / m:.0f}×); {idle} of them read and write no "
                          f"element of any array.{advice}")
     reads_mine, reads_theirs = _reads(mine), reference["reads"]
-    inputs = _input_names(ex, case)
+    inputs = _input_names(ex, case) | {m for t in mine for m in t.maps}   # a tensor map reads an input
     for name, n in reads_mine.items():
         m = reads_theirs.get(name) if name in inputs else None
         if m and n > READ_FACTOR * m and n - m >= MIN_EXCESS_BYTES:

@@ -21,6 +21,7 @@ the grader checks, never in a benchmark).
 from __future__ import annotations
 
 import hashlib
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,6 +38,7 @@ class _Buffer:
     end: int
     digest: bytes = b""
     launched: list = field(default_factory=list)     # the launches that received it
+    made_at: tuple = ()            # (file, line) of the Python frames that made it, innermost first
 
 
 def _span(a) -> tuple[int, int]:
@@ -85,9 +87,20 @@ class Ledger:
                      and (end > start or b.start == start)), None)
 
     def made(self, a, how: str, call: str) -> None:
-        """An array the launcher made through rt (`call`: "rt.empty" ...)."""
+        """An array the launcher made through rt (`call`: "rt.empty" ...), with the frames that made it."""
         if self._is_array(a) and self._holder(a) is None:     # not an input handed back (asarray)
             self._add(a, call, how)
+            f, frames = sys._getframe(1), []
+            while f is not None and len(frames) < 40:
+                frames.append((f.f_code.co_filename, f.f_lineno))
+                f = f.f_back
+            self.buffers[-1].made_at = tuple(frames)
+
+    def made_in(self, a, path) -> int | None:
+        """The line of the file `path` at which the launcher made array a, or None."""
+        b = self._holder(a) if self._is_array(a) else None
+        want = str(path)
+        return next((line for file, line in (b.made_at if b else ()) if file == want), None)
 
     def _where(self) -> str:
         if not self.launches:

@@ -13,7 +13,8 @@ order nothing for it (copies made by the runtime, cp.async and TMA, and the tens
 not logged at all). Every finished solution, module 10's with all of those included, shows no race in
 a counting build on any of its check cases (checked when this was written), so a race it reports is
 one; but two lanes of one warp in a kernel that calls __syncwarp() (or a tile's sync) may be ordered
-by it, and such a pair is left unnamed (the generic message stands).
+by it, and such a pair is left unnamed (the generic message stands). The finder looks for a pair of
+two warps first (csrc/counters.h find_race), which no __syncwarp orders.
 """
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ class LaunchTrace:
     student: str = ""
     final: dict = None             # array slot -> its contents after the launch (the arrays it wrote)
     stack: tuple = ()              # (file, line, text) of the Python frames of the launch, outermost first
-    maps: tuple = ()               # its tensor-map parameters: what TMA copies through them is not traced
+    maps: tuple = ()               # its tensor-map parameters: TMA's reads through them are traced as arrays
     calls: dict = None             # where -> the student's line that called the inlined function holding it
     initial: dict = None           # array slot -> its contents when the launch began (the arrays it reads)
 
@@ -121,9 +121,33 @@ def take(kernel, lib, args, arg_slot, grid, block, views=None, initial=None) -> 
     final = {slot: np.array(views[slot]) for slot in written} if views is not None else {}
     read = {int(x) for x in np.unique(recs["arg"][recs["write"] == 0]) if x >= 0}
     start = {slot: initial[slot] for slot in read} if initial is not None else {}
+    arrays = arrays + _tma_slots(recs, len(arrays), kernel, args)
     return LaunchTrace(kernel.name, tuple(grid), tuple(block), arrays, recs, lines,
                        bool(lib.cudaemu_trace_cut()), snaps, data, student, final, _python_stack(),
                        tuple(p.name for p in kernel.params if "TensorMap" in p.ctype), calls, start)
+
+
+def _tma_slots(recs: np.ndarray, first: int, kernel, args) -> list:
+    """TMA's reads (records of arg -2, at their global address: csrc/trace.h trace_tma) as reads of the
+    tensor maps' tensors, one slot each after the array arguments (first, first + 1, ..), named after
+    the map's parameter: the tensor [.., n, d] that the map's dims give. Returns those slots."""
+    slots = []
+    tma = recs["arg"] == -2
+    for i, p in enumerate(kernel.params):
+        if "TensorMap" not in p.ctype or not tma.any():
+            continue
+        words = np.asarray(args[i]["opaque"], np.uint64)
+        rank, item = int(words[2] & 0xFFFFFFFF), int(words[2] >> 32)
+        if not 2 <= rank <= 5 or item not in (1, 2, 4, 8):
+            continue
+        base, dims, strides = int(words[1]), [int(x) for x in words[4:4 + rank]], [int(x) for x in words[9:8 + rank]]
+        extent = dims[-1] * strides[-1]
+        mine = tma & (recs["off"] >= base) & (recs["off"] < base + extent)
+        recs["off"][mine] -= base
+        recs["arg"][mine] = first + len(slots)
+        tma &= ~mine
+        slots.append((p.name, tuple(reversed(dims)), item))
+    return slots
 
 
 def _python_stack() -> tuple:
@@ -430,8 +454,9 @@ def _stores_at(recs: np.ndarray, slot: int, byte: int) -> np.ndarray:
 def _unseen(a: LaunchTrace, b: LaunchTrace) -> str:
     """What the comparison of a launch's accesses did not see, said after "the same global elements"."""
     said = []
-    if a.maps:
-        said.append(f"what TMA copies through {', '.join(a.maps)}")
+    untraced = [m for m in a.maps if m not in {x[0] for x in a.arrays}]
+    if untraced:
+        said.append(f"what TMA copies through {', '.join(untraced)}")
     only = sorted({x[0] for x in a.arrays} ^ {x[0] for x in b.arrays})
     if only and [x[1:] for x in a.arrays] != [x[1:] for x in b.arrays]:
         said.append(f"arrays only one version passes ({', '.join(only)})")

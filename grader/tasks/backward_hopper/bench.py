@@ -44,3 +44,9 @@ def _case(B, N, d, dtype, causal):
 
 BENCH = [_case(B, N, d, dtype, causal) for B, N in ((2, 4096), (1, 16384)) for d in (128, 64)
          for dtype in ("float16", "bfloat16") for causal in (False, True)]
+
+# What the work check counts (engine/work.py): under a causal mask, each key tile's loop over query
+# tiles starts at the diagonal (TMA's reads through the tensor maps are traced): 10 query tiles of 128
+# rows read over the 4 key tiles here, where a loop over every query tile reads 16.
+WORK_CASE = BenchCase("work_causal_B1_H1_N512_d64", dict(B=1, H=1, Hkv=1, Nq=512, Nk=512, d=64, dtype="float16",
+                                                        causal=True))

@@ -25,3 +25,9 @@ BENCH = [
     for B, n in ((2, 4096), (1, 16384), (16, 1024)) for d in (128, 64)
     for dtype in ("float16", "bfloat16") for causal in (False, True)
 ]
+
+# What the work check counts (engine/work.py): under causality a query tile reads the key tiles up to
+# its diagonal only (TMA's reads through k_map and v_map are traced). Three query tiles of 192 rows over
+# five key tiles of 128: 10 key tiles read, where all of them would be 15.
+WORK_CASE = BenchCase("work_causal_B1_H1_N576_d64", dict(B=1, H=1, Hkv=1, Nq=576, Nk=576, d=64, dtype="float16",
+                                                         causal=True))

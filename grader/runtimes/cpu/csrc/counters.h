@@ -268,21 +268,25 @@ static void find_race() {
       words_buf[k++] = {w, a->epoch, thread, row, a->write, a->arg};
   }
   qsort(words_buf, k, sizeof *words_buf, cmp_word);
-  for (size_t i = 0; i < k && !race_found;) {
-    size_t j = i;
-    while (j < k && words_buf[j].word == words_buf[i].word && words_buf[j].epoch == words_buf[i].epoch) ++j;
-    for (size_t a = i; a < j && !race_found; ++a) {
-      if (!words_buf[a].write) continue;
-      for (size_t b = i; b < j; ++b) {
-        if (words_buf[b].thread == words_buf[a].thread) continue;
-        race = {words_buf[a].word << 2, rows[words_buf[a].row].pc, rows[words_buf[b].row].pc,
-                words_buf[a].thread, words_buf[b].thread, 1, words_buf[b].write, words_buf[a].arg};
-        race_found = 1;
-        break;
+  // Two threads of different warps first: no warp-level barrier (__syncwarp) can order them, so the
+  // grader can name such a pair in a kernel that uses one. Then any two threads.
+  for (int cross = 1; cross >= 0 && !race_found; --cross)
+    for (size_t i = 0; i < k && !race_found;) {
+      size_t j = i;
+      while (j < k && words_buf[j].word == words_buf[i].word && words_buf[j].epoch == words_buf[i].epoch) ++j;
+      for (size_t a = i; a < j && !race_found; ++a) {
+        if (!words_buf[a].write) continue;
+        for (size_t b = i; b < j; ++b) {
+          if (words_buf[b].thread == words_buf[a].thread) continue;
+          if (cross && words_buf[b].thread / 32 == words_buf[a].thread / 32) continue;
+          race = {words_buf[a].word << 2, rows[words_buf[a].row].pc, rows[words_buf[b].row].pc,
+                  words_buf[a].thread, words_buf[b].thread, 1, words_buf[b].write, words_buf[a].arg};
+          race_found = 1;
+          break;
+        }
       }
+      i = j;
     }
-    i = j;
-  }
 }
 
 static void counters_block_start(int nthreads) {

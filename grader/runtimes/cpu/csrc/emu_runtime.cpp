@@ -46,6 +46,7 @@ static void counters_block_start(int nthreads);
 static void counters_block_end(int nthreads);
 // Tracing (trace.h, included at the end): the runtime's own copies from global memory.
 static void trace_copy(const void* src, unsigned size, const char* dst, unsigned dst_size, int line);
+static void trace_tma(uint64_t addr, unsigned size, int line);
 static void trace_barrier(int line);
 static void trace_block_start();
 

@@ -132,6 +132,13 @@ static void trace_copy(const void* src, unsigned size, const char* dst, unsigned
   if (dst && dst_size) trace_shared_at(where, dst, dst_size);
 }
 
+// Global bytes a TMA copy (cp.async.bulk.tensor) read through a tensor map: arg -2, `off` the
+// address itself (trace.py finds the map, a kernel parameter, whose tensor holds it).
+static void trace_tma(uint64_t addr, unsigned size, int line) {
+  if (!tracing || !cur || !size) return;
+  trace_add(-2, (uintptr_t)addr, size, 0, TRACE_LINE | (uint32_t)(line > 0 ? line : 0));
+}
+
 EXPORT void cudaemu_trace_begin() { tracing = 1; trace_n = 0; trace_cut = 0; snap_n = 0; snap_used = 0; }
 EXPORT uint64_t cudaemu_trace_snap_count() { return snap_n; }
 EXPORT uint64_t cudaemu_trace_snap_bytes() { return snap_used; }
