@@ -445,3 +445,27 @@ def test_a_barrier_made_a_syncwarp_is_named_as_a_race_between_warps(tmp_path):
     assert "data race in block" in case["message"], case["message"]
     threads = [int(t) for t in __import__("re").findall(r"thread \((\d+), 0, 0\)", case["message"])[:2]]
     assert len(threads) == 2 and threads[0] // 32 != threads[1] // 32, case["message"]
+
+
+@pytest.mark.slow
+def test_a_rescale_before_a_wgmma_without_its_fence_is_named(tmp_path):
+    # 10's P V wgmma issued without wgmma.fence after the accumulators were rescaled (blind batch 33):
+    # the emulator compares what the wait handed back with what the next wgmma accumulates into.
+    ex = catalogue.resolve("10_flash_hopper")
+    old = "            const unsigned v_base = smem_addr(v_s + st * KV_BYTES);\n            wgmma_fence();\n"
+    f, _ = planted(tmp_path, old, "            const unsigned v_base = smem_addr(v_s + st * KV_BYTES);\n",
+                   "no_fence.py", ex)
+    said = first_failure(f, "head_dim_128", ex)["message"]
+    assert "wgmma.mma_async accumulates into registers that ordinary instructions changed" in said, said
+    assert "with no wgmma.fence since" in said, said
+
+
+@pytest.mark.slow
+def test_a_merge_measured_against_the_new_part_overflows_on_an_early_dominant_key(tmp_path):
+    # 12's merge with the new part's lse as its reference (blind batch 33): the part merged first on
+    # rank 0 holds key 1, about 150 above the rest.
+    ex = catalogue.resolve("12_ring_attention")
+    f, _ = planted(tmp_path, "const float m = fmaxf(lse_old, lse_new_part);", "const float m = lse_new_part;",
+                   "part_reference.py", ex)
+    case = first_failure(f, "early_key_dominates", ex)
+    assert "on rank 0" in case["message"] and "NaN/Inf" in case["message"], case["message"]

@@ -168,3 +168,17 @@ def test_tiles_a_causal_mask_skips_but_tma_loads_show_in_the_work(tmp_path, mid,
     assert work is not None and not work["passed"], report
     assert "_map, where the finished version's read" in work["message"], work["message"]
     assert "cp.async.bulk.tensor" in work["message"], work["message"]
+
+
+def test_a_block_per_16_rows_of_13s_two_tile_group_reads_every_page_twice(tmp_path):
+    """13's row blocks counted in 16-row tiles where a block takes two (blind batch 33): the work case
+    has 32 rows (4 tokens of a group of 8), so every page is read twice."""
+    src = (ROOT / "solutions" / "13_decode_tensor_cores.py").read_text()
+    old = "row_blocks = cdiv(rows, 16 * row_tiles)"
+    assert old in src
+    path = tmp_path / "row_blocks.py"
+    path.write_text(src.replace(old, "row_blocks = cdiv(rows, 16)"))
+    report = run_check(catalogue.resolve("13"), path, "cpu", seed=7)
+    work = _work_case(report)
+    assert work is not None and not work["passed"], report
+    assert "of k_pages, where the finished version's read" in work["message"] and "(2.00×)" in work["message"]

@@ -11,7 +11,9 @@ def attention_inputs(p: dict, rng: np.random.Generator) -> dict:
 
     p["logit"] (optional) scales q and k so the scaled scores reach about ±logit: large logits
     expose a softmax that forgets to subtract the max. p["shift"] (optional) moves every score by
-    about shift (see shifted). p["scale"] (optional) replaces 1/sqrt(d).
+    about shift (see shifted). p["hot_key"], p["hot"] (optional): key hot_key of every sequence and
+    head scores about hot above the others for every query (as hot_key does for decode). p["scale"]
+    (optional) replaces 1/sqrt(d).
     """
     B, H, Hkv, n_q, n_k, d = (p[key] for key in ("B", "H", "Hkv", "Nq", "Nk", "d"))
     q = rng.standard_normal((B, H, n_q, d))
@@ -23,6 +25,10 @@ def attention_inputs(p: dict, rng: np.random.Generator) -> dict:
         q, k = q * stretch, k * stretch
     if p.get("shift"):
         q, k = shifted(q, k, p["shift"], rng)
+    if p.get("hot"):
+        u = _shared_direction(d, p["hot"], rng)
+        q, k = q + u, k.copy()
+        k[:, :, p["hot_key"]] += u
     scale = p.get("scale", 1.0 / np.sqrt(d))      # a case may set it: a kernel must use its argument
     return {"q": q.astype(np.float32), "k": k.astype(np.float32), "v": v.astype(np.float32),
             "scale": float(scale)}

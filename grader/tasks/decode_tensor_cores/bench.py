@@ -44,5 +44,7 @@ COUNTER_CASE = BenchCase("counters: batch 4, context 2048", dict(B=4, T=1, H=8, 
 
 # What the work check counts (engine/work.py): one sequence, whose splits fill the GPU (blocks), each
 # block reading the pages of its context once per GQA group (reads), not the table's spare columns.
-WORK_CASE = BenchCase("work_gqa_4_context_3000", dict(B=1, T=1, H=8, Hkv=2, d=64, page_size=16, dtype="float16",
-                                                     lens="3000", max_pages=256))
+# 4 new tokens of a group of 8: 32 rows, the two MMA tiles of one block (a block per 16 rows reads
+# every page twice).
+WORK_CASE = BenchCase("work_gqa_8_tokens_4_context_3000", dict(B=1, T=4, H=16, Hkv=2, d=64, page_size=16,
+                                                              dtype="float16", lens="3000", max_pages=256))

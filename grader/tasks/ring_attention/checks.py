@@ -37,6 +37,9 @@ SHAPES = [  # name, (P, B, H, Hkv, N, d), extra
     ("head_dim_128", (2, 1, 2, 2, 22, 128), {}),
     ("bf16_causal_three_ranks", (3, 1, 2, 2, 30, 64), {"causal": True, "dtype": "bfloat16"}),
     ("large_logits_causal", (2, 1, 2, 2, 24, 64), {"causal": True, "logit": 50.0}),
+    # Key 1 (rank 0's own chunk, merged first there) scores about +150 over the rest: every part rank 0
+    # merges after it has an lse far below the running one.
+    ("early_key_dominates", (2, 1, 2, 2, 24, 64), {"hot_key": 1, "hot": 150.0}),
     ("training_step_two_ranks", (2, 1, 2, 2, 24, 64), {"backward": True}),
     ("training_step_causal_three_ranks_remainder", (3, 1, 2, 1, 31, 64), {"backward": True, "causal": True}),
     ("training_step_causal_four_ranks_bf16_gqa", (4, 1, 2, 1, 32, 64),
