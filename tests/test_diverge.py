@@ -469,3 +469,23 @@ def test_a_merge_measured_against_the_new_part_overflows_on_an_early_dominant_ke
                    "part_reference.py", ex)
     case = first_failure(f, "early_key_dominates", ex)
     assert "on rank 0" in case["message"] and "NaN/Inf" in case["message"], case["message"]
+
+
+@pytest.mark.slow
+def test_a_case_too_many_ranks_for_this_machine_gets_its_place_from_the_emulator(tmp_path):
+    """12's merge against the new part's lse (blind batch 33), checked on one GPU: the emulator runs the
+    two-rank case, and its failure is shrunk and traced there as on the CPU, so it carries a line."""
+    from grader.engine.check import confirm_on_emulator
+    from grader.engine.runner import NOT_RUN_HERE, CaseResult, select_cases
+    ex = catalogue.resolve("12_ring_attention")
+    f, _ = planted(tmp_path, "const float m = fmaxf(lse_old, lse_new_part);", "const float m = lse_new_part;",
+                   "part_reference.py", ex)
+    cases = select_cases(ex, ["one_rank", "early_key_dominates"], None)
+    ordered = [CaseResult(c.name, c.params["P"] == 1, params=dict(c.params),
+                          kind="checked" if c.params["P"] == 1 else "not_run",
+                          message="" if c.params["P"] == 1 else NOT_RUN_HERE + "this case runs 2 ranks")
+               for c in cases]
+    confirm_on_emulator(ex, f, 7, ordered, None, None)
+    two = ordered[1]
+    assert not two.passed and two.message.startswith("run on the CPU emulator"), two.message
+    assert "first divergence" in two.message and "`o[row * d + c] = (w_old" in two.message, two.message
