@@ -25,10 +25,8 @@ def attention_inputs(p: dict, rng: np.random.Generator) -> dict:
         q, k = q * stretch, k * stretch
     if p.get("shift"):
         q, k = shifted(q, k, p["shift"], rng)
-    if p.get("hot"):
-        u = _shared_direction(d, p["hot"], rng)
-        q, k = q + u, k.copy()
-        k[:, :, p["hot_key"]] += u
+    if p.get("hot"):              # key hot_key of every batch and kv head
+        q, k = hot_key(q, k, [(slice(None), slice(None), p["hot_key"])], p, rng)
     scale = p.get("scale", 1.0 / np.sqrt(d))      # a case may set it: a kernel must use its argument
     return {"q": q.astype(np.float32), "k": k.astype(np.float32), "v": v.astype(np.float32),
             "scale": float(scale)}

@@ -4,7 +4,6 @@ from __future__ import annotations
 import importlib.util
 import dataclasses
 import itertools
-import linecache
 import re
 import time
 import traceback
@@ -409,11 +408,8 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
             if cmps[name].foreign is not None and cmps[name].foreign.any():
                 cmps[name].foreign_from = rt.poison_source(np.asarray(out[name])[cmps[name].foreign])
         except ValueError as e:          # a shape the reference does not have: nothing to replay
-            line = ledger.made_in(outs[name], path) if ledger is not None else None
-            text = linecache.getline(str(path), line).strip() if line is not None else ""
-            made = (f"; {name} is the array made at line {line}" + (f" `{text}`" if text else "")
-                    if line is not None else "")
-            res.message, res.searched = f"{e}{made}.", False
+            site = ledger.made_in(outs[name], path) if ledger is not None else ""
+            res.message, res.searched = f"{e}{f'; {name} is the array made at {site}' if site else ''}.", False
             return res
     res.rel_err = max(c.rel_err for c in cmps.values())
     res.max_abs_err = max(c.max_abs_err for c in cmps.values())

@@ -151,6 +151,22 @@ def source_lines(source: str) -> dict[int, str]:
     return out
 
 
+def python_stack() -> tuple:
+    """(file, line, text) of the Python frames of the caller, outermost first."""
+    import traceback
+    return tuple((f.filename, f.lineno, (f.line or "").strip()) for f in traceback.extract_stack()[:-1])
+
+
+def site_in(stack: tuple, path) -> str:
+    """'line N `text`' of the innermost frame of `stack` (python_stack's) in the file `path`, with
+    ' (called from line M `text`)' where the frame outside it is in that file too; '' where none is."""
+    import os
+    want = os.path.realpath(str(path))
+    mine = [(n, t) for f, n, t in reversed(stack) if os.path.realpath(f) == want][:2]
+    said = [f"line {n}" + (f" `{t}`" if t else "") for n, t in mine]
+    return said[0] + (f" (called from {said[1]})" if len(said) > 1 else "") if said else ""
+
+
 def line_text(source: str, line: int) -> str | None:
     """The text of the line of ``source`` that reports as ``line`` of the student's file (`placed`),
     or None where no line does."""

@@ -21,12 +21,11 @@ the grader checks, never in a benchmark).
 from __future__ import annotations
 
 import hashlib
-import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .base import _address
+from .base import _address, python_stack, site_in
 
 
 @dataclass
@@ -38,7 +37,7 @@ class _Buffer:
     end: int
     digest: bytes = b""
     launched: list = field(default_factory=list)     # the launches that received it
-    made_at: tuple = ()            # (file, line) of the Python frames that made it, innermost first
+    made_at: tuple = ()            # the Python frames that made it (base.python_stack)
 
 
 def _span(a) -> tuple[int, int]:
@@ -90,17 +89,12 @@ class Ledger:
         """An array the launcher made through rt (`call`: "rt.empty" ...), with the frames that made it."""
         if self._is_array(a) and self._holder(a) is None:     # not an input handed back (asarray)
             self._add(a, call, how)
-            f, frames = sys._getframe(1), []
-            while f is not None and len(frames) < 40:
-                frames.append((f.f_code.co_filename, f.f_lineno))
-                f = f.f_back
-            self.buffers[-1].made_at = tuple(frames)
+            self.buffers[-1].made_at = python_stack()
 
-    def made_in(self, a, path) -> int | None:
-        """The line of the file `path` at which the launcher made array a, or None."""
+    def made_in(self, a, path) -> str:
+        """'line N `text`' of the file `path` at which the launcher made array a, or ''."""
         b = self._holder(a) if self._is_array(a) else None
-        want = str(path)
-        return next((line for file, line in (b.made_at if b else ()) if file == want), None)
+        return site_in(b.made_at, path) if b else ""
 
     def _where(self) -> str:
         if not self.launches:

@@ -301,6 +301,16 @@ class CpuRuntime(Runtime):
         out["opaque"][0] = words
         return out[0]
 
+    @classmethod
+    def map_geometry(cls, opaque):
+        """What tensor_map packed into a map's 128 bytes: (base address, dims innermost first, byte
+        strides of dims 1 .., element bytes), or None where they hold no emulator tensor map."""
+        words = np.asarray(opaque, np.uint64)
+        rank, item = int(words[2] & 0xFFFFFFFF), int(words[2] >> 32)
+        if int(words[0]) != cls._TMAP_MAGIC or not 1 <= rank <= 5:
+            return None
+        return int(words[1]), [int(x) for x in words[4:4 + rank]], [int(x) for x in words[9:8 + rank]], item
+
     def compile(self, source: str, options=(), name_expressions=None) -> CpuModule:
         code = full_source(source)
         student_file, _ = _build.origin(source)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .counters import _addr2line
-from ..base import bf16_value
+from ..base import bf16_value, python_stack, site_in
 from .faults import _block_coords
 from .symbols import addr2line, student_line
 
@@ -123,7 +123,7 @@ def take(kernel, lib, args, arg_slot, grid, block, views=None, initial=None) -> 
     start = {slot: initial[slot] for slot in read} if initial is not None else {}
     arrays = arrays + _tma_slots(recs, len(arrays), kernel, args)
     return LaunchTrace(kernel.name, tuple(grid), tuple(block), arrays, recs, lines,
-                       bool(lib.cudaemu_trace_cut()), snaps, data, student, final, _python_stack(),
+                       bool(lib.cudaemu_trace_cut()), snaps, data, student, final, python_stack(),
                        tuple(p.name for p in kernel.params if "TensorMap" in p.ctype), calls, start)
 
 
@@ -134,13 +134,10 @@ def _tma_slots(recs: np.ndarray, first: int, kernel, args) -> list:
     slots = []
     tma = recs["arg"] == -2
     for i, p in enumerate(kernel.params):
-        if "TensorMap" not in p.ctype or not tma.any():
+        geometry = kernel._module._rt.map_geometry(args[i]["opaque"]) if "TensorMap" in p.ctype else None
+        if geometry is None or len(geometry[1]) < 2 or not tma.any():
             continue
-        words = np.asarray(args[i]["opaque"], np.uint64)
-        rank, item = int(words[2] & 0xFFFFFFFF), int(words[2] >> 32)
-        if not 2 <= rank <= 5 or item not in (1, 2, 4, 8):
-            continue
-        base, dims, strides = int(words[1]), [int(x) for x in words[4:4 + rank]], [int(x) for x in words[9:8 + rank]]
+        base, dims, strides, item = geometry
         extent = dims[-1] * strides[-1]
         mine = tma & (recs["off"] >= base) & (recs["off"] < base + extent)
         recs["off"][mine] -= base
@@ -150,21 +147,10 @@ def _tma_slots(recs: np.ndarray, first: int, kernel, args) -> list:
     return slots
 
 
-def _python_stack() -> tuple:
-    import traceback
-    return tuple((f.filename, f.lineno, (f.line or "").strip()) for f in traceback.extract_stack())
-
-
 def launch_site(a: LaunchTrace) -> str:
     """The line of the student's file whose call launched the kernel (its innermost frame there), and
     the line that called that one, where the launch is in a helper of the same file."""
-    import os
-    if not a.student:
-        return ""
-    want = os.path.realpath(a.student)
-    mine = [(n, t) for f, n, t in reversed(a.stack) if os.path.realpath(f) == want][:2]
-    said = [f"line {n}" + (f" `{t}`" if t else "") for n, t in mine]
-    return said[0] + (f" (called from {said[1]})" if len(said) > 1 else "") if said else ""
+    return site_in(a.stack, a.student) if a.student else ""
 
 
 def _elements(recs: np.ndarray, itemsize: int) -> tuple[np.ndarray, np.ndarray]:
