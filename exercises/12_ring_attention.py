@@ -295,21 +295,31 @@ def backward(ring, q, k, v, o, lse, do, scale, causal):
     with ring.compute:
         dq = rt.zeros(q.shape, "float32")
         dk, dv = rt.zeros(k.shape, "float32"), rt.zeros(k.shape, "float32")   # the held slice's dK and dV
+    landed = None                                                   # the event that dk, dv have arrived
     held = (k, v)
     for step in range(P):
         src = held_at(ring.me, step, P)
         coming, arrived = pass_on(ring, step, held, slots)          # the next slice's k and v, as in the forward
         with ring.compute:
+            parts = []
             for q_span, k_span, kind in ring.blocks(src, causal):
                 q_c, o_c, lse_c, do_c = (ring.rows_of(x, q_span) for x in (q, o, lse, do))
                 dq_p, dk_p, dv_p = ring.attn.backward(q_c, ring.rows_of(held[0], k_span), ring.rows_of(held[1], k_span),
                                                       o_c, lse_c, do_c, scale, kind == DIAGONAL)
                 rows.add(dq, dq_p, q_span[0])
-                rows.add(dk, dk_p, k_span[0])
-                rows.add(dv, dv_p, k_span[0])
-        # TODO(6): this rank's part of the held slice's dK and dV is in: send them on with the slice (after the last step, that is home) and receive the next slice's from the previous rank, into the grad slots
+                parts.append((k_span[0], dk_p, dv_p))
+            # The local attention reads k and v, not dk and dv: only their sums wait for them to arrive,
+            # so that their transfer runs under this step's attention.
+            if landed is not None:
+                ring.compute.wait_event(landed)
+            for first, dk_p, dv_p in parts:
+                rows.add(dk, dk_p, first)
+                rows.add(dv, dv_p, first)
+        # TODO(6): this rank's part of the held slice's dK and dV is in: send them on with the slice (after the last step, that is home) and receive the next slice's from the previous rank, into the grad slots; landed = the event that they have arrived
         held = take_over(ring, held, coming, arrived)
     with ring.compute:
+        if landed is not None:
+            ring.compute.wait_event(landed)                     # this rank's own dK and dV are home
         return tuple(rows.rounded(g, q.dtype) for g in (dq, dk, dv))
 
 

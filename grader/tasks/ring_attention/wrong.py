@@ -50,4 +50,11 @@ WRONG = [
           expect=("dk on rank 0 holds rank 1's dk", 'instead of going back to rank 1'),
           cause='ring:other_rank',
           cases=('training_step_two_ranks',)),
+    Wrong(EX, 'gradients_added_before_they_land',
+          "no event is recorded after dK and dV's exchange, so the next step adds into them before they arrive",
+          edits=(
+              ('        landed = ring.transfer.record()\n', ''),
+          ),
+          expect=('a race across streams on rank', 'comm.recv from rank'),
+          cases=('training_step_two_ranks',)),
 ]
