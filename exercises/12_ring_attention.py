@@ -38,31 +38,31 @@ __device__ __forceinline__ elem_t to_elem(float x) { return __float2half(x); }
 #endif
 
 // A rank's array [B, H, n, width] is B·H runs of n rows. A chunk of it is rows [first, first + n_chunk)
-// of every run, kept as its own contiguous array [B, H, n_chunk, width]. Row r of the chunk (r counts
-// over all runs) is this row of the rank's array:
-__device__ __forceinline__ size_t shard_row(size_t r, int n, int first, int n_chunk)
-{
-    return (r / n_chunk) * n + first + r % n_chunk;
-}
+// of every run, kept as its own contiguous array [B, H, n_chunk, width]. Within one run both are
+// contiguous: the chunk's run is n_chunk · width elements, starting at row first of the array's run. So
+// each kernel below takes one run per row of its grid (blockIdx.y) and a flat loop over that run.
 
 // chunk <- the chunk's rows of x (q, o, dO and the key/value slices: float16 or bfloat16; lse: float).
 template <typename T>
-__global__ void take_rows(const T* __restrict__ x, T* __restrict__ chunk, int runs, int n, int first,
-                          int n_chunk, int width)
+__global__ void take_rows(const T* __restrict__ x, T* __restrict__ chunk, int n, int first, int n_chunk, int width)
 {
-    const size_t count = (size_t)runs * n_chunk * width;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
-        chunk[i] = x[shard_row(i / width, n, first, n_chunk) * width + i % width];
+    const size_t len = (size_t)n_chunk * width;
+    const T* src = x + ((size_t)blockIdx.y * n + first) * width;
+    T* dst = chunk + blockIdx.y * len;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < len; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = src[i];
 }
 
 // acc (float32, the rank's layout) += a chunk's gradient (the element type): dQ at home, and dK, dV
 // on their way around the ring.
-extern "C" __global__ void add_rows(float* __restrict__ acc, const elem_t* __restrict__ chunk, int runs, int n,
-                                    int first, int n_chunk, int width)
+extern "C" __global__ void add_rows(float* __restrict__ acc, const elem_t* __restrict__ chunk, int n, int first,
+                                    int n_chunk, int width)
 {
-    const size_t count = (size_t)runs * n_chunk * width;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
-        acc[shard_row(i / width, n, first, n_chunk) * width + i % width] += to_float(chunk[i]);
+    const size_t len = (size_t)n_chunk * width;
+    float* dst = acc + ((size_t)blockIdx.y * n + first) * width;
+    const elem_t* src = chunk + blockIdx.y * len;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < len; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] += to_float(src[i]);
 }
 
 // y <- x rounded to the element type (the outputs, once every part has been added).
@@ -76,16 +76,16 @@ extern "C" __global__ void round_to_elem(const float* __restrict__ x, elem_t* __
 // attention's (o_part, lse_part) over one more key chunk: module 04's combine of two parts.
 //   lse = log(e^lse + e^lse_part),   o = (e^lse · o + e^lse_part · o_part) / e^lse_new
 // o and lse are float32 in the rank's layout ([B, H, n, d] and [B, H, n]); o_part [B, H, n_chunk, d] in the
-// element type and lse_part [B, H, n_chunk] float32 are the chunk's. One warp per row; the lanes share
-// its d features.
+// element type and lse_part [B, H, n_chunk] float32 are the chunk's. One run per row of the grid, one
+// warp per row of the chunk; the lanes share its d features.
 extern "C" __global__ void merge_partial(float* __restrict__ o, float* __restrict__ lse,
                                          const elem_t* __restrict__ o_part, const float* __restrict__ lse_part,
-                                         int runs, int n, int first, int n_chunk, int d)
+                                         int n, int first, int n_chunk, int d)
 {
     const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    const size_t rows = (size_t)runs * n_chunk;
-    for (size_t r = blockIdx.x * (size_t)warps + threadIdx.x / 32; r < rows; r += (size_t)gridDim.x * warps) {
-        const size_t row = shard_row(r, n, first, n_chunk);
+    for (int i = blockIdx.x * warps + threadIdx.x / 32; i < n_chunk; i += gridDim.x * warps) {
+        const size_t row = (size_t)blockIdx.y * n + first + i;     // the row in the rank's o and lse
+        const size_t r = (size_t)blockIdx.y * n_chunk + i;         // the same row in the part
         // TODO(3): merge row r of the part into `row` of the running result, the larger lse subtracted before exp; a row whose two lse are both -inf stays as it is
     }
 }
@@ -93,6 +93,7 @@ extern "C" __global__ void merge_partial(float* __restrict__ o, float* __restric
 
 CONFIG = dict(THREADS=256,          # threads per block of the small kernels above
               MAX_BLOCKS=1024)      # their grid-stride loops cover the rest
+MAX_GRID_Y = 65535                  # CUDA's limit on a grid's rows (blockIdx.y): one per run of B·H
 
 FULL, DIAGONAL, SKIP = "full", "diagonal", "skip"     # how a query chunk sees a key chunk
 
@@ -146,9 +147,12 @@ class Rows:
     def __init__(self, rt, elem):
         self.rt, self.module = rt, _module(rt, elem)
 
-    def _launch(self, name, count, args):
-        grid = (max(1, min(cdiv(count, CONFIG["THREADS"]), CONFIG["MAX_BLOCKS"])),)
-        self.module.get_function(name)(grid, (CONFIG["THREADS"],), args)
+    def _launch(self, name, per_run, runs, args):
+        """One grid row per run (B·H of them), each a grid-stride loop over the run's per_run items."""
+        if runs > MAX_GRID_Y:
+            raise ValueError(f"B·H = {runs} runs, more than a grid's {MAX_GRID_Y} rows")
+        across = max(1, min(cdiv(per_run, CONFIG["THREADS"]), cdiv(CONFIG["MAX_BLOCKS"], runs)))
+        self.module.get_function(name)((across, runs), (CONFIG["THREADS"],), args)
 
     def take(self, x, first, n_chunk):
         """The chunk [first, first + n_chunk) of x's rows (x [B, H, n, ...]), as a contiguous array."""
@@ -157,28 +161,26 @@ class Rows:
         chunk = self.rt.empty((B, H, n_chunk) + tuple(x.shape[3:]), x.dtype)
         kind = "take_rows<float>" if x.dtype == np.float32 else "take_rows<elem_t>"
         rt = self.rt
-        self._launch(kind, B * H * n_chunk * width, (x, chunk, rt.int32(B * H), rt.int32(n), rt.int32(first),
-                                                    rt.int32(n_chunk), rt.int32(width)))
+        self._launch(kind, n_chunk * width, B * H, (x, chunk, rt.int32(n), rt.int32(first), rt.int32(n_chunk),
+                                                     rt.int32(width)))
         return chunk
 
     def add(self, acc, part, first):
         """acc's rows [first, first + n_chunk) += part (float32 += the element type)."""
         B, H, n, d = acc.shape
         rt = self.rt
-        self._launch("add_rows", part.size, (acc, part, rt.int32(B * H), rt.int32(n), rt.int32(first),
-                                             rt.int32(part.shape[2]), rt.int32(d)))
+        self._launch("add_rows", part.shape[2] * d, B * H, (acc, part, rt.int32(n), rt.int32(first),
+                                                            rt.int32(part.shape[2]), rt.int32(d)))
 
     def merge(self, o, lse, o_part, lse_part, first):
         B, H, n, d = o.shape
         rt = self.rt
-        grid = (max(1, min(cdiv(B * H * o_part.shape[2], CONFIG["THREADS"] // 32), CONFIG["MAX_BLOCKS"])),)
-        self.module.get_function("merge_partial")(grid, (CONFIG["THREADS"],), (
-            o, lse, o_part, lse_part, rt.int32(B * H), rt.int32(n), rt.int32(first), rt.int32(o_part.shape[2]),
-            rt.int32(d)))
+        self._launch("merge_partial", o_part.shape[2] * 32, B * H, (
+            o, lse, o_part, lse_part, rt.int32(n), rt.int32(first), rt.int32(o_part.shape[2]), rt.int32(d)))
 
     def rounded(self, x, dtype):
         y = self.rt.empty(x.shape, dtype)
-        self._launch("round_to_elem", x.size, (x, y, self.rt.int64(x.size)))
+        self._launch("round_to_elem", x.size, 1, (x, y, self.rt.int64(x.size)))
         return y
 
 

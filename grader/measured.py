@@ -153,7 +153,7 @@ def ring_block() -> str:
     for row in m["rows"]:
         if "timeline" in row:
             timelines += [f"N = {row['N'] // 1024}k, {row['mode']}{', causal' if row['causal'] else ''}:",
-                          *(t[4:] for t in _timeline_text(row["timeline"])), ""]
+                          *(t[4:] for t in _timeline_text(row["timeline"], row["mode"])), ""]
     v = m["versions"]
     nccl = f"{v['nccl'] // 10000}.{v['nccl'] % 10000 // 100}.{v['nccl'] % 100}"
     return "\n".join([
@@ -164,7 +164,7 @@ def ring_block() -> str:
         "",
         *lines,
         "",
-        "The timeline of one forward on each rank, from CUDA events around every local attention and every "
+        "The timeline of one call on each rank, from CUDA events around every local attention and every "
         "group of transfers ('#' where the stream is busy):",
         "",
         "```",

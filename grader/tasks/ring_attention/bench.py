@@ -13,8 +13,9 @@ says) and times, for each sequence length, with B = 1, H = 16, d = 128, float16:
   and FlashAttention-2 backends, on the same GPUs and shapes.
 
 A time is the slowest rank's, from a barrier to its last kernel, median of the repeats. The speed-up is
-one GPU's time over P GPUs'; the scaling efficiency is the speed-up over P. A timeline of one forward
-(each rank's local attention and transfers, from CUDA events) is printed as text.
+one GPU's time over P GPUs'; the scaling efficiency is the speed-up over P. A timeline of one call of
+each pass at the longest N (each rank's local attention and transfers, from CUDA events) is printed as
+text.
 """
 from __future__ import annotations
 
@@ -190,7 +191,7 @@ def _rank(rank, size, uid, port, path, entry, lengths, reps, conn):
                 for name, backend in (("torch CP, cuDNN", SDPBackend.CUDNN_ATTENTION),
                                       ("torch CP, FlashAttention-2", SDPBackend.FLASH_ATTENTION)):
                     res[name] = attempt(_torch_cp(full, size, causal, backward, backend, dist, F, sdpa_kernel))
-                if mode == "forward" and n == lengths[-1]:
+                if n == lengths[-1]:
                     tl = _Timeline(rt, comm, attn)
                     dist.barrier(device_ids=[rank])
                     torch.cuda.synchronize()
@@ -238,9 +239,9 @@ def _torch_cp(full, size, causal, backward, backend, dist, F, sdpa_kernel):
     return f
 
 
-def _timeline_text(spans_per_rank, width=72) -> list[str]:
+def _timeline_text(spans_per_rank, what, width=72) -> list[str]:
     end = max((b for spans in spans_per_rank for _, _, b in spans), default=1.0)
-    lines = [f"    timeline of one forward, 0 .. {end:.1f} ms ('#': busy)"]
+    lines = [f"    timeline of one {what}, 0 .. {end:.1f} ms ('#': busy)"]
     for r, spans in enumerate(spans_per_rank):
         for kind in ("compute", "transfer"):
             cells = [" "] * width
@@ -343,5 +344,5 @@ def run(ex, path, as_json=False, quick=False) -> int:
                   + (f"; with transfers / without: {row['with_over_without_transfers']:.3f}"
                      if "with_over_without_transfers" in row else ""))
         if "timeline" in row:
-            print("\n".join(_timeline_text(row["timeline"])))
+            print("\n".join(_timeline_text(row["timeline"], row["mode"])))
     return 0
