@@ -196,6 +196,25 @@ def test_varlen_gets_its_place_past_its_refused_inputs(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_gpu_pass_that_the_emulator_fails_fails(tmp_path):
+    """Same inputs, right on a GPU and wrong on the emulator (a race or a read past an array that the
+    GPU happened to get right): the check's verdict is the emulator's, with its report, as on the CPU."""
+    from grader.engine.check import confirm_on_emulator
+    from grader.engine.runner import CaseResult, select_cases
+    ex = catalogue.resolve("00_naive_attention")
+    f, _ = planted(tmp_path, "scores_grid = (cdiv(n_k, 16), cdiv(n_q, 16), B * H)",
+                   "scores_grid = (cdiv(n_q, 16), cdiv(n_k, 16), B * H)", "grid.py", ex)
+    ordered = [CaseResult(c.name, True, params=dict(c.params)) for c in select_cases(ex, None, None)]
+    note = confirm_on_emulator(ex, f, 7, ordered, None, None)
+    failed = [r for r in ordered if not r.passed]
+    assert len(failed) == 1, [r.name for r in failed]
+    r = failed[0]
+    assert r.message.startswith("passes on the GPU, and fails on the CPU emulator with the same inputs"), r.message
+    assert r.cause == "grid:scores_xy_swapped", r.cause
+    assert note.startswith(f"case {r.name} passed on the GPU and fails on the CPU emulator"), note
+
+
+@pytest.mark.slow
 def test_a_gpu_pass_runs_the_cases_this_machine_has_too_few_gpus_for_on_the_emulator(tmp_path):
     """Module 12 on one GPU runs only its one-rank case: a race between a rank's streams (the compute
     stream not waiting for the receive) passed there. The emulator plays every rank, and its verdict

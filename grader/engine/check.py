@@ -18,7 +18,6 @@ from pathlib import Path
 
 from ..catalogue import Exercise
 from ..errors import GraderError
-from ..tasks import load_task
 from .runner import NOT_RUN_HERE, CaseResult, select_cases
 from .verdict import settle
 
@@ -410,35 +409,15 @@ def run_check(ex: Exercise, path: Path, backend: str, seed: int, case_timeout: f
     }
 
 
-CONFIRM_CASES = 6    # the smallest cases (the first ones: cases go from small to large) a GPU pass is confirmed on
-# ... and the smallest case with each value of these parameters, which pick another kernel or code path
-# (a head dim is a template instance; a dtype, another conversion; causal, the masked tiles).
-CONFIRM_COVERS = ("d", "dtype", "causal")
-
-
-def confirmation_cases(ordered: list[CaseResult], named: tuple = ()) -> list[CaseResult]:
-    """The cases a GPU pass is confirmed on: the CONFIRM_CASES smallest, the cases the task names in
-    its CONFIRM (whose bug needs a thread order a GPU seldom runs), then the smallest case with each
-    value of CONFIRM_COVERS that those do not have."""
-    chosen = list(ordered[:CONFIRM_CASES]) + [r for r in ordered[CONFIRM_CASES:] if r.name in named]
-    seen = {(k, repr(r.params.get(k))) for r in chosen for k in CONFIRM_COVERS}
-    for r in ordered[CONFIRM_CASES:]:
-        new = {(k, repr(r.params.get(k))) for k in CONFIRM_COVERS} - seen
-        if new:
-            chosen.append(r)
-            seen |= new
-    return chosen
-
-
 def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseResult],
                         cases: list[str] | None, shape: dict | None) -> str | None:
     """A GPU verdict, confirmed on the emulator (same seed), whose thread-order and bounds checks see a
     race or an out-of-bounds access that a GPU runs silently or turns into wrong numbers with no
-    cause. A pass: its smallest cases (`confirmation_cases`) run there. A failure no replay explains:
-    every case the GPU ran, so that a cause the emulator adds is one the CPU's check states. A fault
-    found there fails that case (in place) with the emulator's report, so that the check's verdict is
-    the emulator's; otherwise the emulator's cause or divergence is added (`_named_on_emulator`).
-    Returns the check's note (None: nothing to say)."""
+    cause. Every case the GPU ran runs there, so that the GPU and the CPU give one verdict: a pass
+    there is the CPU's pass, and a cause the emulator adds is one the CPU's check states. On a GPU
+    pass, a case that fails there fails here (in place) with the emulator's report; on a GPU failure
+    no replay explains, a fault found there does, and otherwise the emulator's cause or divergence is
+    added (`_named_on_emulator`). Returns the check's note (None: nothing to say)."""
     from ..runtimes.cpu.build import find_compiler
     failing = next((i for i, r in enumerate(ordered) if not r.passed and r.kind != "not_run"), None)
     if failing is not None and (ordered[failing].cause or ordered[failing].kind != "checked"):
@@ -452,14 +431,10 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
     # plays every rank, and its verdict on them is the check's (a race between a rank's streams, that
     # one GPU never showed, passed otherwise).
     unrun = [r for r in ordered if r.kind == "not_run" and r.message.startswith(NOT_RUN_HERE)]
-    if failing is None:
-        named = tuple(getattr(load_task(ex), "CONFIRM", ()))
-        names = [r.name for r in confirmation_cases(ordered, named) if r.kind != "not_run"] + [r.name for r in unrun]
-    else:
-        # Every case the GPU ran: a cause is settled on all the failing ones, as the CPU's check does,
-        # so the emulator can only add what a check on the CPU would state (never a cause that fewer
-        # cases leave unrefuted).
-        names = [r.name for r in ordered if r.kind != "not_run"]
+    # Every case the GPU ran (and, on a pass, those it could not): a bug the emulator sees in any of
+    # them fails the check as it does on the CPU, and a cause is settled on all the failing ones, as
+    # the CPU's check does (never one that fewer cases leave unrefuted).
+    names = [r.name for r in ordered if r.kind != "not_run"] + ([r.name for r in unrun] if failing is None else [])
     names = None if shape else names
     try:
         # A failure is shrunk there too: its first divergence is traced on the smallest failing shape
@@ -473,17 +448,26 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
     if emulated:
         return emulated
     unrun_names = {r.name for r in unrun}
-    fault = next((c for c in report["cases"] if not c["passed"] and c["kind"] in ("error", "crash", "timeout")
-                  and c["name"] not in unrun_names), None)
+    # On a GPU pass, any case the emulator fails; on a GPU failure, a fault (the failure is the GPU's).
+    fault = next((c for c in report["cases"] if not c["passed"] and c["name"] not in unrun_names
+                  and (failing is None or c["kind"] in ("error", "crash", "timeout"))), None)
     if fault is None and failing is not None:
         return _named_on_emulator(ordered[failing], report, seed)
     if fault is None:
         shown = len([c for c in report["cases"] if c["passed"]])
-        also = f", and the {len(unrun)} this machine has too few GPUs for" if unrun else ""
-        chosen = "the smallest, those the module names" if named else "the smallest"
-        return (f"confirmed on the CPU emulator on {shown} case(s), {chosen} and the smallest of each head "
-                f"dim, dtype and masking{also} (seed {seed}): no data race "
-                "between a block's threads and no out-of-bounds access was found there.")
+        also = f", with the {len(unrun)} this machine has too few GPUs for" if unrun else ""
+        return (f"confirmed on the CPU emulator on every case the GPU ran ({shown}{also}; seed {seed}): no "
+                "data race between a block's threads and no out-of-bounds access was found there.")
+    if fault["kind"] == "checked":
+        # Same inputs, right on the GPU and wrong on the emulator: what differs is observed, not guessed.
+        r = next(r for r in ordered if r.name == fault["name"])
+        r.passed, r.kind, r.cause = False, "checked", fault.get("cause")
+        r.divergence, r.shrunk, r.observations = fault.get("divergence"), fault.get("shrunk"), fault.get("observations") or []
+        lines = "\n".join("  " + line for line in fault["message"].splitlines())
+        r.message = (f"passes on the GPU, and fails on the CPU emulator with the same inputs (seed {seed}), which "
+                     f"runs the threads and blocks in other orders and checks every access:\n{lines}")
+        return (f"case {r.name} passed on the GPU and fails on the CPU emulator with the same inputs: the "
+                f"verdict is the emulator's, as `grader check {ex.id} --backend cpu` gives it.")
     if failing is not None and ordered[failing].name != fault["name"]:
         # The GPU's first failure is shown first: what the emulator says of it too (01's loop one past
         # the row: a cause on the CPU, where the read past the end gives the guard's bytes, not the

@@ -21,7 +21,3 @@ CASES += [
     # the two work slots are reused while a consumer may still be reading one.
     Case("persistent_short_tiles", dict(B=1, H=4, Hkv=1, Nq=6720, Nk=100, d=64, dtype="float16", causal=False)),
 ]
-# A GPU pass is confirmed on the emulator on these too (engine/check.py: confirmation_cases): the
-# emulator's greedy thread order lets the producer reuse a work slot as early as the barriers allow,
-# which a GPU's timing seldom does.
-CONFIRM = ("persistent_short_tiles",)
