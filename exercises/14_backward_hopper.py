@@ -228,8 +228,9 @@ flash_backward_hopper(const __grid_constant__ TensorMap q_map, const __grid_cons
     const int n_steps = group * m_tiles;          // every head of the kv group, every query tile
     // Step it is query head h_of(it) and query tile m_of(it). Each key block starts its walk over the
     // query tiles at a tile of its own (blockIdx.x on), so that the blocks running together add their
-    // dQ parts into different rows of dq_acc; starting all at the first tile was 3 to 8% slower on an
-    // H200 at N = 4096 and under the mask, and level at N = 65536 without it (section 10).
+    // dQ parts into different rows of dq_acc. Timed side by side on an H200, starting all at the first
+    // tile was 2 to 8% slower at N = 4096 and under the mask, and level at N = 65536 without it
+    // (section 10).
     auto h_of = [&](int it) { return h_kv * group + it / m_tiles; };
     auto m_of = [&](int it) { return m_begin + (it + (int)blockIdx.x) % m_tiles * BLOCK_M; };
 
