@@ -317,7 +317,7 @@ def backward(ring, q, k, v, o, lse, do, scale, causal):
             for first, dk_p, dv_p in parts:
                 rows.add(dk, dk_p, first)
                 rows.add(dv, dv_p, first)
-        # TODO(6): this rank's part of the held slice's dK and dV is in: send them on with the slice (after the last step, that is home) and receive the next slice's from the previous rank, into the grad slots; landed = the event that they have arrived
+        # TODO(6): this rank's part of the held slice's dK and dV is in: send them on with the slice (after the last step, that is home) and receive the next slice's from the previous rank into slot step % 2 of the grad slots, the transfer stream first waiting for an event recorded now on the compute stream (the sums are done); landed = the event that they have arrived; then dk, dv = the buffers they arrived in (lesson, section 6)
         held = take_over(ring, held, coming, arrived)
     with ring.compute:
         if landed is not None:

@@ -508,3 +508,19 @@ def test_a_case_too_many_ranks_for_this_machine_gets_its_place_from_the_emulator
     two = ordered[1]
     assert not two.passed and two.message.startswith("run on the CPU emulator"), two.message
     assert "first divergence" in two.message and "`o[row * d + c] = (w_old" in two.message, two.message
+
+
+@pytest.mark.slow
+def test_a_multi_rank_divergence_pairs_each_ranks_own_launches(tmp_path):
+    """Module 12's ranks are threads that take turns, and a submission that moves no slice interleaves
+    them otherwise than the finished version: the launches are compared rank by rank, so rank 0's second
+    local attention is paired with the finished version's, and is handed another k (the slice that never
+    arrived), not another q. A line of the library's kernel is said to be outside the student's file."""
+    ex = catalogue.resolve("12_ring_attention")
+    f, _ = planted(tmp_path, "    coming = tuple(ring.slice_in(slot[step % 2], nxt) for slot in slots)\n",
+                   "    return None, None\n", "no_transfer.py", ex)
+    case = first_failure(f, "two_ranks", ex)
+    said = case["shrunk"]["divergence"] if case.get("shrunk") and case["shrunk"].get("divergence") else case["divergence"]
+    assert said and said.startswith("on rank 0, counting its own launches:"), said
+    assert "is handed other values than the finished version's: before it runs, k[" in said, said
+    assert "of the called library's kernel source (not your file)" in said, said

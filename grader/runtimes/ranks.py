@@ -227,9 +227,8 @@ class StreamModel:
             risk = "the two writes can land in either order"
         return (f"a race across streams on rank {rank.rank}: {prev.what} {verb(prev.write)} {_describe(a)} on "
                 f"{prev.stream.label}, and then {what} {verb(write)} it on {stream.label}, with no event "
-                f"ordering the two: {risk}. Record an event on the first stream after its call "
-                "(stream.record(event)) and make the second stream wait for it (stream.wait_event(event)) "
-                "before its call.")
+                f"ordering the two: {risk}. Record an event on the first stream after its call and make the "
+                "second stream wait for it before its call: second.wait_event(first.record()).")
 
     def kernel(self, rank, name: str, args, run) -> None:
         """Run a launch (run()) and enter what it read and wrote: every array argument is read, and

@@ -417,8 +417,11 @@ class CpuRuntime(Runtime):
                 if self.counting:
                     lib.cudaemu_counters_end()
                 if self.tracing:
+                    from ..ranks import current_rank
                     from .trace import take
-                    self.trace_log.append(take(kernel, lib, args, arg_slot, grid, block, views, initial))
+                    traced = take(kernel, lib, args, arg_slot, grid, block, views, initial)
+                    traced.rank = getattr(current_rank(), "rank", None)
+                    self.trace_log.append(traced)
             if self.counting:
                 from .counters import collect
                 self.counter_log.append(collect(kernel, lib, args, arg_slot, grid, block, shared_mem))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import linecache
 import re
+from pathlib import Path
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,6 +46,7 @@ class LaunchTrace:
     maps: tuple = ()               # its tensor-map parameters: TMA's reads through them are traced as arrays
     calls: dict = None             # where -> the student's line that called the inlined function holding it
     initial: dict = None           # array slot -> its contents when the launch began (the arrays it reads)
+    rank: int = None               # the rank whose thread launched it (module 12's stand-in), or None
 
 
 def _remember(student: str, source: str) -> None:
@@ -271,14 +273,17 @@ def _where(a: "LaunchTrace", w: int) -> str:
     if place == "?":
         return "a line the emulator could not find"
     file, _, line = place.rpartition(":")
+    # A kernel of another file than the student's (module 12 calls the library's): its file is named.
+    of = (" of the called library's kernel source (not your file)"
+          if a.student and file and Path(file).name != Path(a.student).name else "")
     caller = (a.calls or {}).get(int(w))
     if caller is None or not line.isdigit():
-        return f"line {line}{_source(place)}"
+        return f"line {line}{of}{_source(place)}"
     text = linecache.getline(file, int(line)).strip()
     up = linecache.getline(file, caller).strip()
     found = _enclosing_function(file, int(line))
     function = f"`{found[0]}`" if found else "a function"
-    return (f"line {line}" + (f" `{text}`" if text else "")
+    return (f"line {line}{of}" + (f" `{text}`" if text else "")
             + f" (in {function}, called at line {caller}" + (f" `{up}`" if up else "") + ")")
 
 
@@ -609,7 +614,26 @@ def first_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace], partial
     """Where the submission's launches (`mine`) first read or write other elements than the finished
     version's (`theirs`) on the same case, as one observation; None where they touch the same ones.
     `partial`: the submission's last launch stopped at a fault, so only the accesses its threads
-    made are compared, position by position (what they never reached says nothing)."""
+    made are compared, position by position (what they never reached says nothing).
+    Launches from several ranks (module 12's stand-in runs them as threads that take turns) are
+    compared rank by rank, each rank's own launches in their order: the turns interleave the ranks
+    differently when the code between the launches differs, so a global count would pair one rank's
+    launch with another's."""
+    ranks = sorted({t.rank for t in mine + theirs if t.rank is not None})
+    if not ranks:
+        return _first_divergence(mine, theirs, partial)
+    if partial:                       # the fault stopped every rank: only the faulting one's launches are whole
+        ranks = [mine[-1].rank]
+    for r in ranks:
+        said = _first_divergence([t for t in mine if t.rank == r], [t for t in theirs if t.rank == r], partial)
+        if said:
+            return f"on rank {r}, counting its own launches: {said}"
+    return None
+
+
+def _first_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace], partial: bool) -> str | None:
+    if not mine or not theirs:
+        return None
     if partial:
         return _first_step_only(mine, theirs)
     for i, (a, b) in enumerate(zip(mine, theirs), 1):
