@@ -1,6 +1,7 @@
 """The first divergence: a failure no replay explains is traced on the emulator against the finished
 version, and the report says where the two first part, with the line (engine/diverge.py,
 runtimes/cpu/trace.py). Each kernel here carries a bug no replay family holds."""
+import json
 from pathlib import Path
 
 import pytest
@@ -515,7 +516,9 @@ def test_a_multi_rank_divergence_pairs_each_ranks_own_launches(tmp_path):
     """Module 12's ranks are threads that take turns, and a submission that moves no slice interleaves
     them otherwise than the finished version: the launches are compared rank by rank, so rank 0's second
     local attention is paired with the finished version's, and is handed another k (the slice that never
-    arrived), not another q. A line of the library's kernel is said to be outside the student's file."""
+    arrived), not another q. A line of the library's kernel is said to be the library's, and a line of a
+    kernel the student's own file launches is not (05's kernel, compiled once for two files that hold
+    the same source, cites the first file's name)."""
     ex = catalogue.resolve("12_ring_attention")
     f, _ = planted(tmp_path, "    coming = tuple(ring.slice_in(slot[step % 2], nxt) for slot in slots)\n",
                    "    return None, None\n", "no_transfer.py", ex)
@@ -523,4 +526,27 @@ def test_a_multi_rank_divergence_pairs_each_ranks_own_launches(tmp_path):
     said = case["shrunk"]["divergence"] if case.get("shrunk") and case["shrunk"].get("divergence") else case["divergence"]
     assert said and said.startswith("on rank 0, counting its own launches:"), said
     assert "is handed other values than the finished version's: before it runs, k[" in said, said
-    assert "of the called library's kernel source (not your file)" in said, said
+    assert "of the kernel source that 06_flash_tensor_cores.py compiles (a library your file calls)" in said, said
+
+
+def test_an_array_of_the_wrong_type_names_its_launch_and_where_it_was_made(tmp_path):
+    """A float32 parameter handed a float16 array (blind batch 35's 06 made lse in q's dtype): the
+    message names the line of the launch and the line that made the array, both in the student's file."""
+    ex = catalogue.resolve("06_flash_tensor_cores")
+    f, line = planted(tmp_path, 'lse = rt.empty((B, H, n_q), "float32")', "lse = rt.empty((B, H, n_q), q.dtype)",
+                      "lse_dtype.py", ex)
+    case = first_failure(f, "one_query_one_key", ex)
+    assert "argument 5 (float* lse) points to float, but the launch at line " in case["message"], case["message"]
+    assert f"(the array made at line {line} `lse = rt.empty((B, H, n_q), q.dtype)`)" in case["message"], case["message"]
+
+
+@pytest.mark.slow
+def test_a_kernel_the_students_file_launches_is_never_called_a_library(tmp_path):
+    """05's kernel source is the same in a submission whose bug is in its launch code, so the build is
+    shared and its lines cite the finished file's name: the line is still the student's own."""
+    ex = catalogue.resolve("05_paged_decode")
+    f, _ = planted(tmp_path, "             rt.float32(scale * LOG2E)))", "             rt.float32(scale)))",
+                   "host_scale.py", ex)
+    case = first_failure(f, "contexts_0_1_2_5", ex)
+    said = json.dumps(case)
+    assert "first divergence" in said and "library" not in said, said

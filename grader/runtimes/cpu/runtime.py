@@ -15,6 +15,7 @@ symbols.py (addresses to the student's lines).
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import sys
 import threading
@@ -22,7 +23,7 @@ import threading
 import numpy as np
 
 from ..base import (CompileError, KernelFault, LaunchError, Param, Runtime, RuntimeUnavailable,
-                    check_args, check_launch, full_source, parse_signatures)
+                    check_args, check_launch, full_source, parse_signatures, python_stack, site_in)
 from .. import ranks as _ranks
 from . import build as _build
 from . import faults as _faults
@@ -173,9 +174,17 @@ class CpuKernel:
             ok = _POINTEE_DTYPES.get(pointee)
             if ok and a.dtype.type not in ok:
                 hint = _CONVERT_HINT.get(pointee, f"e.g. rt.asarray(x, '{np.dtype(ok[0]).name}')")
+                # Where the student's file launched it and made the array, where both are in that file.
+                # (the #line directive names the file by its base name: the frame of that name is it)
+                stack, ledger = python_stack(), self._module._rt.ledger
+                base = os.path.basename(self._module.student_file or "")
+                student = next((f for f, _, _ in reversed(stack) if os.path.basename(f) == base), "") if base else ""
+                site = site_in(stack, student) if student else ""
+                made = ledger.made_in(a, student) if ledger is not None and student else ""
                 raise LaunchError(
-                    f"{where} points to {pointee}, but the launch passed a {a.dtype} array: the "
-                    f"kernel would read its bytes as {pointee}. Convert it first: {hint}.")
+                    f"{where} points to {pointee}, but the launch{f' at {site}' if site else ''} passed a "
+                    f"{a.dtype} array{f' (the array made at {made})' if made else ''}: the kernel would read its "
+                    f"bytes as {pointee}. Convert it first, or make it {pointee} where it is made: {hint}.")
 
 
 class CpuModule:

@@ -266,6 +266,20 @@ def helper_calls(file: str, line: int) -> str:
     return f" (in `{name}`, called at line{'s' if len(sites) > 1 else ''} {', '.join(map(str, sites))})"
 
 
+def _launcher_file(a: "LaunchTrace") -> str:
+    """The file whose Python code launched a's kernel, where that is not the student's file (module 12
+    calls the library's kernels), else '': the innermost frame of the launch outside the grader."""
+    if not a.student or not a.stack:
+        return ""
+    grader_dir = Path(__file__).resolve().parents[2]
+    for f, _, _ in reversed(a.stack):
+        p = Path(f).resolve()
+        if grader_dir in p.parents:
+            continue
+        return "" if p.name == Path(a.student).name else str(p)     # (student may be a base name only)
+    return ""
+
+
 def _where(a: "LaunchTrace", w: int) -> str:
     """'line N `text`' of an access, with the line that called the function holding it, where the
     inline chain gives one (else the call sites the source shows, helper_calls)."""
@@ -273,9 +287,9 @@ def _where(a: "LaunchTrace", w: int) -> str:
     if place == "?":
         return "a line the emulator could not find"
     file, _, line = place.rpartition(":")
-    # A kernel of another file than the student's (module 12 calls the library's): its file is named.
-    of = (" of the called library's kernel source (not your file)"
-          if a.student and file and Path(file).name != Path(a.student).name else "")
+    # A kernel that another file's Python launched (module 12 calls the library's): that file is named.
+    lib = _launcher_file(a)
+    of = f" of the kernel source that {Path(lib).name} compiles (a library your file calls)" if lib else ""
     caller = (a.calls or {}).get(int(w))
     if caller is None or not line.isdigit():
         return f"line {line}{of}{_source(place)}"
