@@ -448,13 +448,15 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
     if emulated:
         return emulated
     unrun_names = {r.name for r in unrun}
-    # On a GPU pass, any case the emulator fails; on a GPU failure, a fault (the failure is the GPU's).
+    # On a GPU pass, any case the emulator fails (wrong numbers too); on a GPU failure, a fault (the
+    # failure is the GPU's). What the emulator could not run says nothing of the kernel.
+    kinds = ("error", "crash", "timeout") + (("checked",) if failing is None else ())
     fault = next((c for c in report["cases"] if not c["passed"] and c["name"] not in unrun_names
-                  and (failing is None or c["kind"] in ("error", "crash", "timeout"))), None)
+                  and c["kind"] in kinds), None)
     if fault is None and failing is not None:
         return _named_on_emulator(ordered[failing], report, seed)
     if fault is None:
-        shown = len([c for c in report["cases"] if c["passed"]])
+        shown = len([c for c in report["cases"] if c["passed"] and c["name"] not in unrun_names])
         also = f", with the {len(unrun)} this machine has too few GPUs for" if unrun else ""
         return (f"confirmed on the CPU emulator on every case the GPU ran ({shown}{also}; seed {seed}): no "
                 "data race between a block's threads and no out-of-bounds access was found there.")
