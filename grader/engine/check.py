@@ -460,25 +460,24 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
         also = f", with the {len(unrun)} this machine has too few GPUs for" if unrun else ""
         return (f"confirmed on the CPU emulator on every case the GPU ran ({shown}{also}; seed {seed}): no "
                 "data race between a block's threads and no out-of-bounds access was found there.")
-    if fault["kind"] == "checked":
-        # Same inputs, right on the GPU and wrong on the emulator: what differs is observed, not guessed.
-        r = next(r for r in ordered if r.name == fault["name"])
-        r.passed, r.kind, r.cause = False, "checked", fault.get("cause")
-        r.divergence, r.shrunk, r.observations = fault.get("divergence"), fault.get("shrunk"), fault.get("observations") or []
-        lines = "\n".join("  " + line for line in fault["message"].splitlines())
-        r.message = (f"passes on the GPU, and fails on the CPU emulator with the same inputs (seed {seed}), which "
-                     f"runs the threads and blocks in other orders and checks every access:\n{lines}")
-        return (f"case {r.name} passed on the GPU and fails on the CPU emulator with the same inputs: the "
-                f"verdict is the emulator's, as `grader check {ex.id} --backend cpu` gives it.")
     if failing is not None and ordered[failing].name != fault["name"]:
         # The GPU's first failure is shown first: what the emulator says of it too (01's loop one past
         # the row: a cause on the CPU, where the read past the end gives the guard's bytes, not the
         # GPU's garbage), beside the fault it found in a later case.
         _named_on_emulator(ordered[failing], report, seed)
+    # The case takes the emulator's report of it: its verdict, and what it observed there.
     r = next(r for r in ordered if r.name == fault["name"])
     was = "passes on the GPU" if r.passed else "gives wrong numbers on the GPU"
     r.passed, r.kind, r.cause = False, fault["kind"], None
     lines = "\n".join("  " + line for line in fault["message"].splitlines())
+    if fault["kind"] == "checked":
+        # Wrong numbers (a GPU pass only) from the same inputs: what differs is observed, not guessed.
+        r.cause, r.divergence, r.shrunk = fault.get("cause"), fault.get("divergence"), fault.get("shrunk")
+        r.observations = fault.get("observations") or []
+        r.message = (f"passes on the GPU, and fails on the CPU emulator with the same inputs (seed {seed}), which "
+                     f"runs the threads and blocks in other orders and checks every access:\n{lines}")
+        return (f"case {r.name} passed on the GPU and fails on the CPU emulator with the same inputs: the "
+                f"verdict is the emulator's, as `grader check {ex.id} --backend cpu` gives it.")
     r.message = (f"{was}, and the same case on the CPU emulator (seed {seed}), which checks every access and "
                  f"reruns the threads and blocks in other orders, names what is wrong:\n{lines}")
     # Where the GPU failed an earlier case, that one is shown first: the note says where the fault is.
