@@ -132,18 +132,30 @@ __device__ __forceinline__ int physical_pos(int page, int j, int page_size)
 
 // The STAGE_KEYS keys at positions pos[0 ..] (-1: zero-filled, never read) into a stage: [STAGE_KEYS][D]
 // of K, then of V, one 16-byte cp.async per chunk. Thread tid copies chunk tid % CHUNKS of rows
-// tid / CHUNKS + n · ROW_STEP: neighbouring threads read neighbouring chunks of one row.
+// r0 + n · ROW_STEP (r0 = tid / CHUNKS): neighbouring threads read neighbouring chunks of one row.
+// A step of ROW_STEP rows (a multiple of 8) keeps the swizzle, and neighbouring positions of a kv head
+// lie H_kv · D elements apart, so a row costs a multiply-add and its two copies. Worked out per row from
+// scratch (a signed remainder, a 64-bit product), the copies' addresses took 37% of the kernel's
+// instructions (ncu, H200, batch 256 at 1k): decode has few instructions to hide them among.
 template <int D>
 __device__ __forceinline__ void load_stage_async(elem_t* stage, const int* pos, const elem_t* __restrict__ k_pages,
                                                  const elem_t* __restrict__ v_pages, int kv, int H_kv, int tid)
 {
     constexpr int CHUNKS = D / 8, ROW_STEP = NTHREADS / CHUNKS;
-    const int c = (tid % CHUNKS) * 8;
-    for (int r = tid / CHUNKS; r < STAGE_KEYS; r += ROW_STEP) {
-        const bool valid = pos[r] >= 0;
-        const size_t row = valid ? kv_offset(pos[r], kv, H_kv, D) + c : 0;
-        cp_async_16(stage + swz<D>(r, c), k_pages + row, valid);
-        cp_async_16(stage + STAGE_KEYS * D + swz<D>(r, c), v_pages + row, valid);
+    static_assert(ROW_STEP % 8 == 0 && STAGE_KEYS % ROW_STEP == 0,
+                  "NTHREADS / (D / 8) a multiple of 8 that divides STAGE_KEYS: a thread's rows share one swizzle");
+    const int r0 = tid / CHUNKS, c = (tid % CHUNKS) * 8;
+    elem_t* k_dst = stage + swz<D>(r0, c);
+    elem_t* v_dst = k_dst + STAGE_KEYS * D;
+    const elem_t* k_src = k_pages + kv_offset(0, kv, H_kv, D) + c;      // position p: p · H_kv · D further
+    const elem_t* v_src = v_pages + kv_offset(0, kv, H_kv, D) + c;
+    const unsigned row_stride = H_kv * D;
+    #pragma unroll
+    for (int n = 0; n < STAGE_KEYS / ROW_STEP; ++n) {
+        const int p = pos[r0 + n * ROW_STEP];
+        const size_t at = (size_t)(unsigned)max(p, 0) * row_stride;      // p = -1 reads nothing
+        cp_async_16(k_dst + n * ROW_STEP * D, k_src + at, p >= 0);
+        cp_async_16(v_dst + n * ROW_STEP * D, v_src + at, p >= 0);
     }
 }
 
