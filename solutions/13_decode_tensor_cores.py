@@ -22,7 +22,7 @@ KERNEL = r"""
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
-// Compiled in from CONFIG by the launch code (-DWARPS=4 -DTILE_KEYS=16 -DSTAGES=3 -DCOMBINE_WARPS=4 -DUSE_BF16=1):
+// Compiled in from CONFIG by the launch code (-DWARPS=4 -DTILE_KEYS=16 -DSTAGES=3 -DCOMBINE_WARPS=8 -DUSE_BF16=1):
 //   WARPS          warps per block; each takes TILE_KEYS keys of every stage
 //   TILE_KEYS      keys per warp and stage (a multiple of 16: P V takes keys 16 at a time)
 //   STAGES         stages of the cp.async ring: STAGES - 1 are in flight while one is computed on
@@ -394,7 +394,7 @@ decode_partial(const elem_t* __restrict__ q, const elem_t* __restrict__ k_pages,
 // row (an empty one o = 0 and lse = -inf: weight 0). Warp w sums the splits w, w + COMBINE_WARPS, ..,
 // each lane 4 features, and warp 0 adds the warps' sums: o = Σ_s exp(lse_s - lse) o_s, lse = log Σ_s
 // exp(lse_s), o in q's type. With 33 splits, one warp going through them one after another waited on
-// 33 loads in turn; four warps have a quarter of the waits each.
+// 33 loads in turn; eight warps have an eighth of the waits each.
 extern "C" __global__ void decode_combine(const float* __restrict__ o_part, const float* __restrict__ lse_part,
                                           elem_t* __restrict__ o, float* __restrict__ lse, int d, int n_splits)
 {
@@ -450,9 +450,10 @@ extern "C" __global__ void decode_combine(const float* __restrict__ o_part, cons
 # The tuning constants, stated once: each build compiles KERNEL with them as -D options. Three stages of
 # 4 warps × 16 keys: 96 KB of ring, so two blocks share an SM, 4 stages in flight per SM; on an H200
 # (scripts/tune_decode_tc.py, 2026-11-28) it beat 2 and 4 stages (3 and 1 blocks per SM), 2 or 3 warps,
-# 8 warps and 32 keys per warp, at batch 1 (128k) and batch 64 (8k). Four combine warps instead of one took batch
-# 1, 32k from 52 to 47 µs of device time (H200, 2026-11-28).
-CONFIG = dict(WARPS=4, TILE_KEYS=16, STAGES=3, COMBINE_WARPS=4)
+# 8 warps and 32 keys per warp, at batch 1 (128k) and batch 64 (8k). Combine warps: four instead of one took
+# batch 1, 32k from 52 to 47 µs of device time (H200, 2026-11-28); eight instead of four, 47 to 46 µs
+# there and 141 to 139 µs at 128k (H200, 2026-11-29, one run).
+CONFIG = dict(WARPS=4, TILE_KEYS=16, STAGES=3, COMBINE_WARPS=8)
 MAX_ROW_TILES = 2               # 16-row MMA tiles per block: a group of more than 32 rows takes more blocks
 HEAD_DIMS = (64, 128)
 DTYPES = ("float16", "bfloat16")
