@@ -141,8 +141,9 @@ def _describe_access(kernel, rec, args, arg_slot, bufs, smem, shared_mem) -> str
     if addr < 65536:
         return (f"{rw} through a null pointer (address {addr:#x}). A pointer argument "
                 "that is 0, or dynamic shared memory used with shared_mem=0?")
-    return (f"{rw} of address {addr:#x}, which is in none of the launch's buffers: a "
-            "wild pointer. Look for an index that went negative in unsigned arithmetic "
+    return (f"{rw} of an address that lies in none of the launch's buffers: a wild pointer (its "
+            "value depends on where this run's buffers were placed, so it is not shown). Look for "
+            "an index that went negative in unsigned arithmetic "
             "(e.g. `row - 1` with row == 0 as unsigned), or a pointer to a local variable "
             "of another thread.")
 

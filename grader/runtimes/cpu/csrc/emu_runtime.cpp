@@ -790,10 +790,10 @@ extern "C" HIDDEN uint64_t __cudaemu_shared_addr(const void* p, const char* file
     return SHARED_DYN_BASE + (uint64_t)(c - smem_dyn);
   char win[256];
   ptx_fault(F_PTX, file, line,
-            "__cvta_generic_to_shared (or cvta.to.shared): lane %d converts the pointer %p, which "
+            "__cvta_generic_to_shared (or cvta.to.shared): lane %d converts a pointer that "
             "does not point into this block's shared memory (%s). Only the address of a __shared__ "
             "variable or of extern __shared__ memory has a shared-window address.",
-            cur->linear & 31, p, describe_window(win, sizeof win));
+            cur->linear & 31, describe_window(win, sizeof win));
 }
 
 static void poison(void* p, size_t n);
@@ -880,9 +880,9 @@ extern "C" HIDDEN void* __cudaemu_generic_shared_ptr(const void* p, uint32_t n, 
   if (!in_static(c, n) && !in_dynamic(c, n)) {
     char win[256];
     ptx_fault(F_PTX, file, line,
-              "%s: lane %d gives the generic address %p, which is not in the block's shared "
+              "%s: lane %d gives a generic address that is not in the block's shared "
               "memory (%s); without .shared the address must still point into shared memory.",
-              what, cur->linear & 31, p, describe_window(win, sizeof win));
+              what, cur->linear & 31, describe_window(win, sizeof win));
   }
   return __cudaemu_shared_ptr(__cudaemu_shared_addr(p, file, line), n, align, what, file, line);
 }
@@ -1072,13 +1072,13 @@ extern "C" HIDDEN void __cudaemu_cp_async(uint64_t dst, const void* src, int siz
   char* d = (char*)__cudaemu_shared_ptr(dst, (uint32_t)size, (uint32_t)size, what, file, line);
   if (src_size > 0 && (uintptr_t)src % (uintptr_t)size)
     ptx_fault(F_PTX, file, line,
-              "%s: lane %d copies from the global address %p, which is not a multiple of %d "
-              "bytes; a %d-byte cp.async needs both addresses aligned to %d.",
-              what, cur->linear & 31, src, size, size, size);
+              "%s: lane %d copies from a global address %u bytes past a multiple of %d; "
+              "a %d-byte cp.async needs both addresses aligned to %d.",
+              what, cur->linear & 31, (unsigned)((uintptr_t)src % (uintptr_t)size), size, size, size);
   if (src_size > 0 && __cudaemu_is_shared(src))
     ptx_fault(F_PTX, file, line,
-              "%s: lane %d copies from %p, which is shared memory; cp.async copies from global "
-              "memory (a kernel argument) to shared memory.", what, cur->linear & 31, src);
+              "%s: lane %d copies from shared memory; cp.async copies from global "
+              "memory (a kernel argument) to shared memory.", what, cur->linear & 31);
   // A source far from every array argument (not a __device__ variable either) is named here: near
   // one, the guard pages around the launch's buffers fault, and the fault says which and how far.
   // Not checked in a counting run (races.py hands over only the arrays of 4-byte elements then).
@@ -1094,10 +1094,10 @@ extern "C" HIDDEN void __cudaemu_cp_async(uint64_t dst, const void* src, int siz
     }
     if ((where == MEM_UNKNOWN && !near) || where == MEM_LOCAL)
       ptx_fault(F_PTX, file, line,
-                "%s: lane %d copies from the address %p, which lies in none of the launch's "
+                "%s: lane %d copies from an address that lies in none of the launch's "
                 "arrays%s. Check every value the source address is computed from (an index read "
                 "from memory too: shared memory that no thread wrote yet holds garbage on a GPU, "
-                "and a signalling-NaN bit pattern here).", what, cur->linear & 31, src,
+                "and a signalling-NaN bit pattern here).", what, cur->linear & 31,
                 where == MEM_LOCAL ? " (it is on a thread's stack)" : "");
   }
   AsyncCopy c;

@@ -185,8 +185,8 @@ static inline void check_tile(const lane* me, int kind, int esize, bool store, c
   const unsigned long long n = (15ull * me->ldm + 16ull) * (unsigned)esize;
   const char* p = (const char*)me->p;
   if ((uintptr_t)p % (unsigned)esize)
-    fail(file, line, "%s: the pointer %p is not aligned to its %d-byte elements.", what, me->p,
-         esize);
+    fail(file, line, "%s: the pointer is %u bytes past a multiple of its %d-byte elements.", what,
+         (unsigned)((uintptr_t)p % (unsigned)esize), esize);
   int arg;
   long long off;
   unsigned long long size;
@@ -224,15 +224,15 @@ static inline void check_tile(const lane* me, int kind, int esize, bool store, c
     }
     case __CUDAEMU_MEM_LOCAL:
       fail(file, line,
-           "%s: the pointer %p is a thread's local variable. WMMA loads and stores tiles of "
+           "%s: the pointer is a thread's local variable. WMMA loads and stores tiles of "
            "global memory (an array argument) or shared memory, the same tile for the whole "
            "warp.",
-           what, me->p);
+           what);
     default:
       fail(file, line,
-           "%s: the pointer %p (a 16x16 tile, ldm %u) is in none of the launch's array "
+           "%s: the pointer (a 16x16 tile, ldm %u) is in none of the launch's array "
            "arguments, nor in the block's shared memory: a wild pointer.",
-           what, me->p, me->ldm);
+           what, me->ldm);
   }
 }
 
@@ -247,16 +247,17 @@ static inline void check_same(void* const* lanes, int kind, const char* file, in
     unsigned long long size;
     if (__cudaemu_locate(l0->p, 1, &arg, &off, &size) == __CUDAEMU_MEM_LOCAL)
       fail(file, line,
-           "%s: the pointer is a local variable of each thread (lane 0 %p, lane %d %p). WMMA "
-           "loads and stores one tile of global memory (an array argument) or shared memory, "
-           "the same for the whole warp.",
-           WHAT[kind], l0->p, l, o->p);
+           "%s: the pointer is a local variable of each thread (lanes 0 and %d give different "
+           "ones). WMMA loads and stores one tile of global memory (an array argument) or shared "
+           "memory, the same for the whole warp.",
+           WHAT[kind], l);
     fail(file, line,
-           "%s: lane 0 gives the pointer %p, ldm %u, %s-major, lane %d %p, ldm %u, %s-major. "
+           "%s: lane 0 gives a pointer, ldm %u, %s-major, and lane %d %s, ldm %u, %s-major. "
            "WMMA loads and stores one tile for the whole warp: every lane passes the same "
            "pointer, ldm and layout (the fragments divide the tile among the lanes).",
-           WHAT[kind], l0->p, l0->ldm, l0->col ? "column" : "row", l, o->p, o->ldm,
-           o->col ? "column" : "row");
+           WHAT[kind], l0->ldm, l0->col ? "column" : "row", l,
+           o->p == l0->p ? "the same pointer" : (o->p > l0->p ? "a pointer further on" : "a pointer before it"),
+           o->ldm, o->col ? "column" : "row");
   }
 }
 
