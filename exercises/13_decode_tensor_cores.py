@@ -193,6 +193,8 @@ decode_partial(const elem_t* __restrict__ q, const elem_t* __restrict__ k_pages,
 {
     constexpr int ROWS = 16 * MT, DT = D / 8;
     constexpr int STAGE = 2 * STAGE_KEYS * D;     // elements of one stage: K, then V
+    // acc_s's rows: 8 floats of padding put the 8 rows a warp's float2 stores reach in different banks
+    constexpr int ACC_STRIDE = D + 8;
     extern __shared__ uint4 smem_u4[];
     elem_t* ring = reinterpret_cast<elem_t*>(smem_u4);                // STAGES stages
     elem_t* q_s = ring + STAGES * STAGE;                                // [ROWS][D]
@@ -235,7 +237,7 @@ decode_partial(const elem_t* __restrict__ q, const elem_t* __restrict__ k_pages,
     cp_async_wait<0>();
     __syncthreads();                        // the ring is free: it holds the warps' states now
 
-    // TODO(4): merge the WARPS states of each row through shared memory (m_s, l_s, acc_s over the ring), then write row r's o and lse: the final ones in q's type when n_splits == 1, else o_part and lse_part of this split (a row that saw no key: o = 0, lse = -inf)
+    // TODO(4): merge the WARPS states of each row through shared memory in three steps: every warp's m into m_s; each warp rescales its own l and acc to the block's max m_blk and stores them (l_s, acc_s over the ring, rows ACC_STRIDE apart); then one thread per (row, 4 features) sums the warps' parts and writes row r's o and lse: the final ones in q's type when n_splits == 1, else o_part and lse_part of this split (a row that saw no key: o = 0, lse = -inf)
 }
 
 // Module 04's combine: a block of COMBINE_WARPS warps per row (b, token, head). Every split wrote the
@@ -299,7 +301,7 @@ def shared_bytes(d, row_tiles):
     """The ring of STAGES stages of K and V, then q's rows; the warps' merge reuses the ring."""
     c = CONFIG
     ring = c["STAGES"] * 2 * c["WARPS"] * c["TILE_KEYS"] * d * ELEMENT_BYTES
-    merge = c["WARPS"] * 16 * row_tiles * d * 4
+    merge = c["WARPS"] * 16 * row_tiles * (d + 8) * 4      # acc_s: rows of d + 8 floats
     return max(ring, merge) + 16 * row_tiles * d * ELEMENT_BYTES
 
 

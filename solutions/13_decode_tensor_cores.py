@@ -273,6 +273,8 @@ decode_partial(const elem_t* __restrict__ q, const elem_t* __restrict__ k_pages,
 {
     constexpr int ROWS = 16 * MT, DT = D / 8;
     constexpr int STAGE = 2 * STAGE_KEYS * D;     // elements of one stage: K, then V
+    // acc_s's rows: 8 floats of padding put the 8 rows a warp's float2 stores reach in different banks
+    constexpr int ACC_STRIDE = D + 8;
     extern __shared__ uint4 smem_u4[];
     elem_t* ring = reinterpret_cast<elem_t*>(smem_u4);                // STAGES stages
     elem_t* q_s = ring + STAGES * STAGE;                                // [ROWS][D]
@@ -341,49 +343,58 @@ decode_partial(const elem_t* __restrict__ q, const elem_t* __restrict__ k_pages,
     cp_async_wait<0>();
     __syncthreads();                        // the ring is free: it holds the warps' states now
 
-    // BEGIN SOLUTION TODO(4): merge the WARPS states of each row through shared memory (m_s, l_s, acc_s over the ring), then write row r's o and lse: the final ones in q's type when n_splits == 1, else o_part and lse_part of this split (a row that saw no key: o = 0, lse = -inf)
+    // BEGIN SOLUTION TODO(4): merge the WARPS states of each row through shared memory in three steps: every warp's m into m_s; each warp rescales its own l and acc to the block's max m_blk and stores them (l_s, acc_s over the ring, rows ACC_STRIDE apart); then one thread per (row, 4 features) sums the warps' parts and writes row r's o and lse: the final ones in q's type when n_splits == 1, else o_part and lse_part of this split (a row that saw no key: o = 0, lse = -inf)
     __shared__ float m_s[WARPS][ROWS], l_s[WARPS][ROWS];
-    float* acc_s = reinterpret_cast<float*>(smem_u4);                   // [WARPS][ROWS][D]
+    float* acc_s = reinterpret_cast<float*>(smem_u4);                   // [WARPS][ROWS][ACC_STRIDE]
+    #pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+        #pragma unroll
+        for (int r = 0; r < 2; ++r)
+            if (t == 0) m_s[warp][mt * 16 + g + 8 * r] = m[mt][r];
+    __syncthreads();
     #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
         #pragma unroll
         for (int r = 0; r < 2; ++r) {
+            const int row = mt * 16 + g + 8 * r;
+            float m_blk = -INFINITY;
+            #pragma unroll
+            for (int w = 0; w < WARPS; ++w) m_blk = fmaxf(m_blk, m_s[w][row]);
+            // This warp's share at the block's scale; a warp that saw no key of the row weighs 0.
+            const float wgt = m[mt][r] == -INFINITY ? 0.0f : exp2f(m[mt][r] - m_blk);
             float l_row = l[mt][r];                                     // the quad's 4 parts
             l_row += __shfl_xor_sync(0xffffffffu, l_row, 1);
             l_row += __shfl_xor_sync(0xffffffffu, l_row, 2);
-            const int row = mt * 16 + g + 8 * r;
-            if (t == 0) { m_s[warp][row] = m[mt][r]; l_s[warp][row] = l_row; }
+            if (t == 0) l_s[warp][row] = l_row * wgt;
+            float* a = acc_s + ((size_t)warp * ROWS + row) * ACC_STRIDE + 2 * t;
             #pragma unroll
-            for (int dt = 0; dt < DT; ++dt) {
-                float* a = acc_s + ((size_t)warp * ROWS + row) * D + dt * 8 + 2 * t;
-                a[0] = acc[mt][dt][2 * r];
-                a[1] = acc[mt][dt][2 * r + 1];
-            }
+            for (int dt = 0; dt < DT; ++dt)
+                *reinterpret_cast<float2*>(a + dt * 8) = make_float2(acc[mt][dt][2 * r] * wgt, acc[mt][dt][2 * r + 1] * wgt);
         }
     __syncthreads();
-    for (int idx = tid; idx < ROWS * D / 2; idx += NTHREADS) {        // one thread per (row, feature pair)
-        const int r = idx / (D / 2), c = 2 * (idx % (D / 2)), row = row0 + r;
+    for (int idx = tid; idx < ROWS * D / 4; idx += NTHREADS) {        // one thread per (row, 4 features)
+        const int r = idx / (D / 4), c = 4 * (idx % (D / 4)), row = row0 + r;
         if (row >= n_rows) continue;
-        float m_blk = -INFINITY;
-        for (int w = 0; w < WARPS; ++w) m_blk = fmaxf(m_blk, m_s[w][r]);
-        float l_blk = 0.0f, o0 = 0.0f, o1 = 0.0f;
+        float m_blk = -INFINITY, l_blk = 0.0f;
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        #pragma unroll
         for (int w = 0; w < WARPS; ++w) {
-            if (l_s[w][r] == 0.0f) continue;                            // a warp that saw no key of this row
-            const float wgt = exp2f(m_s[w][r] - m_blk);
-            const float* a = acc_s + ((size_t)w * ROWS + r) * D + c;
-            l_blk += l_s[w][r] * wgt;
-            o0 += a[0] * wgt;
-            o1 += a[1] * wgt;
+            m_blk = fmaxf(m_blk, m_s[w][r]);
+            l_blk += l_s[w][r];
+            const float4 x = *reinterpret_cast<const float4*>(acc_s + ((size_t)w * ROWS + r) * ACC_STRIDE + c);
+            sum.x += x.x; sum.y += x.y; sum.z += x.z; sum.w += x.w;
         }
         const float inv_l = l_blk > 0.0f ? 1.0f / l_blk : 0.0f;
         const float lse_r = l_blk > 0.0f ? (m_blk + log2f(l_blk)) * M_LN2_F : -INFINITY;
         const size_t out = ((size_t)b * T + row / G) * H + kv * G + row % G;   // (b, token, head)
         if (n_splits == 1) {                                            // one split: no combine
-            *reinterpret_cast<elem2_t*>(o + out * D + c) = to_elem2(o0 * inv_l, o1 * inv_l);
+            *reinterpret_cast<uint2*>(o + out * D + c) = make_uint2(pack2(sum.x * inv_l, sum.y * inv_l),
+                                                                    pack2(sum.z * inv_l, sum.w * inv_l));
             if (c == 0) lse[out] = lse_r;
         } else {
             const size_t part = out * n_splits + split;
-            *reinterpret_cast<float2*>(o_part + part * D + c) = make_float2(o0 * inv_l, o1 * inv_l);
+            *reinterpret_cast<float4*>(o_part + part * D + c) =
+                make_float4(sum.x * inv_l, sum.y * inv_l, sum.z * inv_l, sum.w * inv_l);
             if (c == 0) lse_part[part] = lse_r;
         }
     }
@@ -487,7 +498,7 @@ def shared_bytes(d, row_tiles):
     """The ring of STAGES stages of K and V, then q's rows; the warps' merge reuses the ring."""
     c = CONFIG
     ring = c["STAGES"] * 2 * c["WARPS"] * c["TILE_KEYS"] * d * ELEMENT_BYTES
-    merge = c["WARPS"] * 16 * row_tiles * d * 4
+    merge = c["WARPS"] * 16 * row_tiles * (d + 8) * 4      # acc_s: rows of d + 8 floats
     return max(ring, merge) + 16 * row_tiles * d * ELEMENT_BYTES
 
 
