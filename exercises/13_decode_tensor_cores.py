@@ -133,8 +133,8 @@ __device__ __forceinline__ int physical_pos(int page, int j, int page_size)
 // The STAGE_KEYS keys at positions pos[0 ..] (-1: zero-filled, never read) into a stage: [STAGE_KEYS][D]
 // of K, then of V, one 16-byte cp.async per chunk. Thread tid copies chunk tid % CHUNKS of rows
 // r0 + n · ROW_STEP (r0 = tid / CHUNKS): neighbouring threads read neighbouring chunks of one row.
-// A step of ROW_STEP rows (a multiple of 8) keeps the swizzle, and neighbouring positions of a kv head
-// lie H_kv · D elements apart, so a row costs a multiply-add and its two copies. Worked out per row from
+// A step of ROW_STEP rows (a multiple of 8) keeps the swizzle, and position p's row starts p · H_kv · D
+// elements after position 0's, so a row costs a multiply-add and its two copies. Worked out per row from
 // scratch (a signed remainder, a 64-bit product), the copies' addresses took 37% of the kernel's
 // instructions (ncu, H200, batch 256 at 1k): decode has few instructions to hide them among.
 template <int D>
@@ -193,7 +193,8 @@ decode_partial(const elem_t* __restrict__ q, const elem_t* __restrict__ k_pages,
 {
     constexpr int ROWS = 16 * MT, DT = D / 8;
     constexpr int STAGE = 2 * STAGE_KEYS * D;     // elements of one stage: K, then V
-    // acc_s's rows: 8 floats of padding put the 8 rows a warp's float2 stores reach in different banks
+    // acc_s's rows: each starts 8 banks further, so the 4 rows of a half-warp's float2 store cover the 32
+    // banks once (rows of D floats would all start in bank 0: a 4-way conflict)
     constexpr int ACC_STRIDE = D + 8;
     extern __shared__ uint4 smem_u4[];
     elem_t* ring = reinterpret_cast<elem_t*>(smem_u4);                // STAGES stages
@@ -237,7 +238,9 @@ decode_partial(const elem_t* __restrict__ q, const elem_t* __restrict__ k_pages,
     cp_async_wait<0>();
     __syncthreads();                        // the ring is free: it holds the warps' states now
 
-    // TODO(4): merge the WARPS states of each row through shared memory in three steps: every warp's m into m_s; each warp rescales its own l and acc to the block's max m_blk and stores them (l_s, acc_s over the ring, rows ACC_STRIDE apart); then one thread per (row, 4 features) sums the warps' parts and writes row r's o and lse: the final ones in q's type when n_splits == 1, else o_part and lse_part of this split (a row that saw no key: o = 0, lse = -inf)
+    __shared__ float m_s[WARPS][ROWS], l_s[WARPS][ROWS];                // per warp and local row lr
+    float* acc_s = reinterpret_cast<float*>(smem_u4);                   // [WARPS][ROWS][ACC_STRIDE]
+    // TODO(4): merge the WARPS states of each row through shared memory in three steps: every warp's m into m_s, __syncthreads; each warp rescales its own l and acc to the block's max m_blk and stores them into l_s and acc_s, __syncthreads; then one thread per (local row, 4 features) adds the warps' parts and writes the row's o and lse: the final ones in q's type when n_splits == 1, else o_part and lse_part of this split (a row that saw no key: o = 0, lse = -inf)
 }
 
 // Module 04's combine: a block of COMBINE_WARPS warps per row (b, token, head). Every split wrote the
@@ -263,7 +266,8 @@ extern "C" __global__ void decode_combine(const float* __restrict__ o_part, cons
 
 # The tuning constants, stated once: each build compiles KERNEL with them as -D options. Three stages of
 # 4 warps × 16 keys: 96 KB of ring, so two blocks share an SM, 4 stages in flight per SM; on an H200
-# (scripts/tune_decode_tc.py, 2026-11-28) it beat 2 and 4 stages (3 and 1 blocks per SM), 2 or 3 warps,
+# (scripts/tune_decode_tc.py, 2026-11-28) it beat 2 and 4 stages (3 and 1 blocks per SM), 2 or 3 warps (which
+# load_stage_async no longer takes at d = 128: NTHREADS / (D / 8) must be a multiple of 8),
 # 8 warps and 32 keys per warp, at batch 1 (128k) and batch 64 (8k). Combine warps: four instead of one took
 # batch 1, 32k from 52 to 47 µs of device time (H200, 2026-11-28); eight instead of four, 47 to 46 µs
 # there and 141 to 139 µs at 128k (H200, 2026-11-29, one run).

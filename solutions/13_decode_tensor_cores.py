@@ -135,8 +135,8 @@ __device__ __forceinline__ int physical_pos(int page, int j, int page_size)
 // The STAGE_KEYS keys at positions pos[0 ..] (-1: zero-filled, never read) into a stage: [STAGE_KEYS][D]
 // of K, then of V, one 16-byte cp.async per chunk. Thread tid copies chunk tid % CHUNKS of rows
 // r0 + n · ROW_STEP (r0 = tid / CHUNKS): neighbouring threads read neighbouring chunks of one row.
-// A step of ROW_STEP rows (a multiple of 8) keeps the swizzle, and neighbouring positions of a kv head
-// lie H_kv · D elements apart, so a row costs a multiply-add and its two copies. Worked out per row from
+// A step of ROW_STEP rows (a multiple of 8) keeps the swizzle, and position p's row starts p · H_kv · D
+// elements after position 0's, so a row costs a multiply-add and its two copies. Worked out per row from
 // scratch (a signed remainder, a 64-bit product), the copies' addresses took 37% of the kernel's
 // instructions (ncu, H200, batch 256 at 1k): decode has few instructions to hide them among.
 template <int D>
@@ -273,7 +273,8 @@ decode_partial(const elem_t* __restrict__ q, const elem_t* __restrict__ k_pages,
 {
     constexpr int ROWS = 16 * MT, DT = D / 8;
     constexpr int STAGE = 2 * STAGE_KEYS * D;     // elements of one stage: K, then V
-    // acc_s's rows: 8 floats of padding put the 8 rows a warp's float2 stores reach in different banks
+    // acc_s's rows: each starts 8 banks further, so the 4 rows of a half-warp's float2 store cover the 32
+    // banks once (rows of D floats would all start in bank 0: a 4-way conflict)
     constexpr int ACC_STRIDE = D + 8;
     extern __shared__ uint4 smem_u4[];
     elem_t* ring = reinterpret_cast<elem_t*>(smem_u4);                // STAGES stages
@@ -343,45 +344,46 @@ decode_partial(const elem_t* __restrict__ q, const elem_t* __restrict__ k_pages,
     cp_async_wait<0>();
     __syncthreads();                        // the ring is free: it holds the warps' states now
 
-    // BEGIN SOLUTION TODO(4): merge the WARPS states of each row through shared memory in three steps: every warp's m into m_s; each warp rescales its own l and acc to the block's max m_blk and stores them (l_s, acc_s over the ring, rows ACC_STRIDE apart); then one thread per (row, 4 features) sums the warps' parts and writes row r's o and lse: the final ones in q's type when n_splits == 1, else o_part and lse_part of this split (a row that saw no key: o = 0, lse = -inf)
-    __shared__ float m_s[WARPS][ROWS], l_s[WARPS][ROWS];
+    __shared__ float m_s[WARPS][ROWS], l_s[WARPS][ROWS];                // per warp and local row lr
     float* acc_s = reinterpret_cast<float*>(smem_u4);                   // [WARPS][ROWS][ACC_STRIDE]
+    // BEGIN SOLUTION TODO(4): merge the WARPS states of each row through shared memory in three steps: every warp's m into m_s, __syncthreads; each warp rescales its own l and acc to the block's max m_blk and stores them into l_s and acc_s, __syncthreads; then one thread per (local row, 4 features) adds the warps' parts and writes the row's o and lse: the final ones in q's type when n_splits == 1, else o_part and lse_part of this split (a row that saw no key: o = 0, lse = -inf)
     #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
         #pragma unroll
         for (int r = 0; r < 2; ++r)
-            if (t == 0) m_s[warp][mt * 16 + g + 8 * r] = m[mt][r];
+            if (t == 0) m_s[warp][mt * 16 + g + 8 * r] = m[mt][r];     // local row lr = 16 mt + g + 8 r
     __syncthreads();
     #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
         #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            const int row = mt * 16 + g + 8 * r;
+            const int lr = mt * 16 + g + 8 * r;
             float m_blk = -INFINITY;
             #pragma unroll
-            for (int w = 0; w < WARPS; ++w) m_blk = fmaxf(m_blk, m_s[w][row]);
-            // This warp's share at the block's scale; a warp that saw no key of the row weighs 0.
+            for (int w = 0; w < WARPS; ++w) m_blk = fmaxf(m_blk, m_s[w][lr]);
+            // This warp's share at the block's scale. A warp that saw no key of the row weighs 0; tested,
+            // since where no warp saw one m_blk is -inf too, and exp2f(-inf - -inf) is NaN.
             const float wgt = m[mt][r] == -INFINITY ? 0.0f : exp2f(m[mt][r] - m_blk);
             float l_row = l[mt][r];                                     // the quad's 4 parts
             l_row += __shfl_xor_sync(0xffffffffu, l_row, 1);
             l_row += __shfl_xor_sync(0xffffffffu, l_row, 2);
-            if (t == 0) l_s[warp][row] = l_row * wgt;
-            float* a = acc_s + ((size_t)warp * ROWS + row) * ACC_STRIDE + 2 * t;
+            if (t == 0) l_s[warp][lr] = l_row * wgt;
+            float* a = acc_s + ((size_t)warp * ROWS + lr) * ACC_STRIDE + 2 * t;
             #pragma unroll
             for (int dt = 0; dt < DT; ++dt)
                 *reinterpret_cast<float2*>(a + dt * 8) = make_float2(acc[mt][dt][2 * r] * wgt, acc[mt][dt][2 * r + 1] * wgt);
         }
     __syncthreads();
-    for (int idx = tid; idx < ROWS * D / 4; idx += NTHREADS) {        // one thread per (row, 4 features)
-        const int r = idx / (D / 4), c = 4 * (idx % (D / 4)), row = row0 + r;
+    for (int idx = tid; idx < ROWS * D / 4; idx += NTHREADS) {        // one thread per (lr, 4 features)
+        const int lr = idx / (D / 4), c = 4 * (idx % (D / 4)), row = row0 + lr;
         if (row >= n_rows) continue;
         float m_blk = -INFINITY, l_blk = 0.0f;
         float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         #pragma unroll
         for (int w = 0; w < WARPS; ++w) {
-            m_blk = fmaxf(m_blk, m_s[w][r]);
-            l_blk += l_s[w][r];
-            const float4 x = *reinterpret_cast<const float4*>(acc_s + ((size_t)w * ROWS + r) * ACC_STRIDE + c);
+            m_blk = fmaxf(m_blk, m_s[w][lr]);
+            l_blk += l_s[w][lr];
+            const float4 x = *reinterpret_cast<const float4*>(acc_s + ((size_t)w * ROWS + lr) * ACC_STRIDE + c);
             sum.x += x.x; sum.y += x.y; sum.z += x.z; sum.w += x.w;
         }
         const float inv_l = l_blk > 0.0f ? 1.0f / l_blk : 0.0f;
@@ -460,7 +462,8 @@ extern "C" __global__ void decode_combine(const float* __restrict__ o_part, cons
 
 # The tuning constants, stated once: each build compiles KERNEL with them as -D options. Three stages of
 # 4 warps × 16 keys: 96 KB of ring, so two blocks share an SM, 4 stages in flight per SM; on an H200
-# (scripts/tune_decode_tc.py, 2026-11-28) it beat 2 and 4 stages (3 and 1 blocks per SM), 2 or 3 warps,
+# (scripts/tune_decode_tc.py, 2026-11-28) it beat 2 and 4 stages (3 and 1 blocks per SM), 2 or 3 warps (which
+# load_stage_async no longer takes at d = 128: NTHREADS / (D / 8) must be a multiple of 8),
 # 8 warps and 32 keys per warp, at batch 1 (128k) and batch 64 (8k). Combine warps: four instead of one took
 # batch 1, 32k from 52 to 47 µs of device time (H200, 2026-11-28); eight instead of four, 47 to 46 µs
 # there and 141 to 139 µs at 128k (H200, 2026-11-29, one run).

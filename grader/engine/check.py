@@ -511,27 +511,36 @@ def _emulated_here(unrun: list[CaseResult], report: dict) -> str | None:
 
 
 def _named_on_emulator(r: CaseResult, report: dict, seed: int) -> str | None:
-    """A GPU failure no replay explained, where the emulator's run of the same case (same seed) fails
-    too and says more: a cause its replays reproduced there, or a first divergence. The emulator sees
+    """A GPU failure no replay explained, where the emulator's run of the same case (same seed) found no
+    fault. What that run observed replaces the GPU's advice to run the emulator: whether the case
+    fails there too, and a cause its replays reproduced there or a first divergence. The emulator sees
     what a GPU hides: the NaN the grader fills memory with keeps its payload through arithmetic there
     (a GPU returns its one canonical NaN), so "computed from memory nothing wrote" tells a replay which
     elements no kernel reached. Its words are added; the GPU's numbers stay."""
     emu = next((c for c in report["cases"] if c["name"] == r.name), None)
-    if emu is None or emu["passed"] or not (emu.get("cause") or emu.get("divergence")):
+    if emu is None or emu["kind"] == "not_run":
+        return None
+    clean = "where no data race between a block's threads and no out-of-bounds access was found"
+    kept = [line for line in r.message.splitlines() if not line.startswith("no replayed bug reproduces")]
+    if emu["passed"]:
+        r.message = "\n".join(kept) + (f"\nthe same case passes on the CPU emulator (seed {seed}), {clean}; "
+                                       "`--sanitize` (compute-sanitizer) checks the GPU's own run.")
         return None
     said = [line for line in emu["message"].splitlines()
             if line.startswith(("likely cause:", "observed", "first divergence"))]
     if not said and emu.get("divergence"):
         said = [f"observed: {emu['divergence']}"]
     said = [line for line in said if line.split(": ", 1)[-1][:120] not in r.message]   # only what is new
-    if not said:
-        return None
-    r.cause = emu.get("cause")
-    r.divergence = emu.get("divergence")
-    kept = [line for line in r.message.splitlines() if not line.startswith("no replayed bug reproduces")]
-    r.message = ("\n".join(kept) + f"\nthe same case on the CPU emulator (seed {seed}), where the NaN "
-                 "the grader fills memory with keeps its payload and every access is traced, says:\n"
-                 + "\n".join("  " + line for line in said))
+    if emu.get("cause") or emu.get("divergence"):
+        r.cause = emu.get("cause")
+        r.divergence = emu.get("divergence")
+    head = f"\nthe same case fails on the CPU emulator too (seed {seed}), {clean}"
+    if said:
+        head += ("; there the NaN the grader fills memory with keeps its payload and every access is "
+                 "traced, and it says:\n" + "\n".join("  " + line for line in said))
+    else:
+        head += "." + (" The first divergence above says where the numbers part." if "first divergence" in r.message else "")
+    r.message = "\n".join(kept) + head
     return None
 
 
