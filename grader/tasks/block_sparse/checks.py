@@ -36,6 +36,9 @@ CASES = [
     _case("blocks_48x80", 1, 2, 2, 150, 230, 32, "random", mb_m=48, mb_n=80, density=0.5),
     # 101 rows: a mask-row boundary inside a tile, a warp and a thread's rows alike (no power of two).
     _case("blocks_101x30", 2, 1, 1, 210, 150, 64, "random", mb_m=101, mb_n=30, density=0.5),
+    # Mask blocks of 4 x 4 under a window: 256 of them in one tile, all kept near the diagonal (a count
+    # of a tile's blocks reaches 256 and more).
+    _case("blocks_4x4_local", 1, 1, 1, 160, 160, 32, "local", mb_m=4, mb_n=4, window=96),
     # Composed with causal (bottom-right).
     _case("causal_local", 1, 2, 2, 256, 256, 32, "local", window=100, causal=True),
     _case("causal_blocks", 1, 1, 1, 200, 200, 32, "causal_blocks", mb_m=32, mb_n=32, causal=True),

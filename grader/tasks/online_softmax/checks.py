@@ -20,6 +20,9 @@ CASES = [
     Case("extreme_logits", dict(R=8, n=300, spread=1000.0)),
     Case("masked_entries", dict(R=8, n=200, masked=0.5)),
     Case("fully_masked_rows", dict(R=8, n=64, masked_rows=3)),
+    # Every 32nd entry from the first masked: with one warp per row, lane 0 holds nothing but -inf in
+    # rows that are not masked (masked_entries keeps entry 0 visible, so no lane of it is all -inf).
+    Case("masked_every_32nd", dict(R=6, n=100, masked_stride=32)),
     Case("increasing_rows", dict(R=4, n=500, increasing=True)),
     Case("many_rows", dict(R=257, n=128)),
     Case("long_rows", dict(R=4, n=4099)),
@@ -35,6 +38,8 @@ def make_inputs(p, rng):
     if p.get("masked"):
         x[rng.random(x.shape) < p["masked"]] = -np.inf
         x[:, 0] = rng.standard_normal(p["R"])       # keep at least one visible entry per row
+    if p.get("masked_stride"):
+        x[:, ::p["masked_stride"]] = -np.inf
     if p.get("masked_rows"):
         x[rng.choice(p["R"], min(p["masked_rows"], p["R"]), replace=False)] = -np.inf
     return {"x": x.astype(np.float32)}
