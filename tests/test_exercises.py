@@ -49,3 +49,18 @@ def test_stub_fails_with_not_implemented(ex, tmp_path):
             continue      # the launcher's refusal of broken inputs: given code in the stub (module 07)
         assert case["kind"] == "not_implemented", case
         assert "not implemented yet" in case["message"]
+
+
+@pytest.mark.parametrize("ex", catalogue.EXERCISES, ids=[ex.id for ex in catalogue.EXERCISES])
+def test_batched_modules_check_a_second_sequence_and_a_gqa_group(ex):
+    """A module whose inputs have a batch (B) checks some case with B > 1, where every batch offset is
+    used with b > 0, and where it has kv heads (Hkv) some case with H > Hkv. Module 14 had only B = 1,
+    and a dK/dV store at (b · H + h_kv) instead of (b · Hkv + h_kv) passed (blind batch 39)."""
+    from grader.engine.runner import select_cases
+    params = [c.params for c in select_cases(ex)]
+    if any("B" in p for p in params):
+        assert any(p.get("B", 1) > 1 for p in params), f"{ex.id}: no case with B > 1"
+    if any("Hkv" in p for p in params):
+        assert any(p["H"] > p["Hkv"] for p in params if "Hkv" in p), f"{ex.id}: no case with H > Hkv"
+        assert any(p.get("B", 1) > 1 and p["H"] > p["Hkv"] for p in params if "Hkv" in p), \
+            f"{ex.id}: no case with B > 1 and H > Hkv together"

@@ -45,6 +45,10 @@ SHAPES = [  # name, (P, B, H, Hkv, N, d), extra
     ("training_step_causal_four_ranks_bf16_gqa", (4, 1, 2, 1, 32, 64),
      {"backward": True, "causal": True, "dtype": "bfloat16"}),
     ("training_step_causal_d128", (2, 1, 2, 2, 20, 128), {"backward": True, "causal": True}),
+    # Two sequences of a GQA group: every batch offset of the slices, the merges and the gradients'
+    # sums is used with b > 0.
+    ("batch_2_gqa_three_ranks", (3, 2, 4, 2, 27, 64), {"causal": True}),
+    ("training_step_batch_2_gqa", (2, 2, 4, 2, 24, 64), {"backward": True}),
 ]
 CASES = [Case(name, dict(dict(zip(("P", "B", "H", "Hkv", "N", "d"), shape)),
                          **{"dtype": "float16", "causal": False, "backward": False, **extra}))
