@@ -521,3 +521,18 @@ def test_a_gpu_pass_is_confirmed_on_every_case_it_ran(monkeypatch, tmp_path):
     note = check.confirm_on_emulator(ex, tmp_path / "k.py", 7, ordered, None, None)
     assert asked == {"backend": "cpu", "cases": [c.name for c in cases]}
     assert note.startswith(f"confirmed on the CPU emulator on every case the GPU ran ({len(cases)}")
+
+
+def test_a_refused_launch_names_the_line_that_launched_it(tmp_path):
+    """A scalar of the wrong type (blind batch 40: the scale passed as rt.int32) is refused before the
+    kernel runs; the message names the student's launch, on either backend (check_args is shared)."""
+    from grader import paths
+    ex = catalogue.resolve("00_naive_attention")
+    text = paths.committed_text(paths.solution_file(ex.id))
+    assert "rt.float32(scale)" in text, "the solution changed: update this test's edit"
+    f = tmp_path / "int_scale.py"
+    f.write_text(text.replace("rt.float32(scale)", "rt.int32(scale)", 1))
+    report = run_check(ex, f, "cpu", seed=7, cases=["one_query_one_key"], shrink=False)
+    message = report["cases"][0]["message"]
+    assert "expects float32, but the launch passed int32" in message, message
+    assert re.search(r"launched at int_scale\.py:\d+\n\s+line \d+: ", message), message

@@ -313,6 +313,18 @@ def cited(message: str, path: Path) -> str:
     return message
 
 
+def launch_site(message: str, exc: BaseException, path: Path) -> str:
+    """A refused launch (an argument of the wrong type, count or shape, a grid or shared-memory size)
+    with the line of the student's file that launched it, where the message names none: the innermost
+    frame of their code in the traceback is the launch call."""
+    if re.search(rf"(?<![\w.-]){re.escape(Path(path).name)}:\d+", message):
+        return message
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_student_frame(f.filename, path)]
+    if not frames:
+        return message
+    return message + f"\nlaunched at {Path(frames[-1].filename).name}:{frames[-1].lineno}"
+
+
 def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | None = None,
              on_explain=None) -> CaseResult:
     """Run one case. If `keep` is a dict, the inputs, reference and outputs are left in it.
@@ -338,7 +350,8 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
         res.kind, res.message = "compile_error", compile_error_message(e)
         return res
     except (LaunchError, KernelFault) as e:
-        res.kind, res.message = "error", cited(str(e), path) + todos_left(ex, path)
+        message = launch_site(str(e), e, path) if isinstance(e, LaunchError) else str(e)
+        res.kind, res.message = "error", cited(message, path) + todos_left(ex, path)
         return res
     except CaseNotRunnable as e:         # this machine cannot run it (a case of more GPUs than it has)
         res.kind, res.message = "not_run", NOT_RUN_HERE + str(e)
