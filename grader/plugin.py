@@ -17,7 +17,6 @@ import json
 import os
 import re
 import signal
-import traceback
 from pathlib import Path
 
 import pytest
@@ -352,8 +351,8 @@ def where_stopped(e: KeyboardInterrupt, path: Path) -> str:
         if m["place"] == "an unknown line":
             return f"{m['kernel']} was running ({who}) at a line the emulator could not find"
         return f"when it was stopped, {m['kernel']} was at {m['place']} ({who})"
-    from .engine.runner import is_student_frame
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if is_student_frame(f.filename, path)]
+    from .engine.runner import student_frames
+    frames = student_frames(e, path)
     if frames:
         f = frames[-1]
         return (f"when it was stopped, your Python code was at {Path(f.filename).name}:{f.lineno} "

@@ -156,10 +156,16 @@ def is_student_frame(filename: str, path: Path) -> bool:
     return not any(f.is_relative_to(d) for d in _library_dirs())
 
 
+def student_frames(exc: BaseException, path: Path) -> list:
+    """The frames of `exc`'s traceback in the student's code (is_student_frame), outermost first: the
+    last is where their code called into the grader, the runtime or a library."""
+    return [f for f in traceback.extract_tb(exc.__traceback__) if is_student_frame(f.filename, path)]
+
+
 def student_traceback(exc: BaseException, path: Path, limit: int = 5) -> str:
     """The traceback of `exc` with only the frames in the student's file (the last `limit`), no
     grader or importlib frames. A SyntaxError brings its own file, line and caret."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_student_frame(f.filename, path)]
+    frames = student_frames(exc, path)
     lines = []
     if frames:
         lines.append("Traceback (most recent call last):\n")
@@ -319,7 +325,7 @@ def launch_site(message: str, exc: BaseException, path: Path) -> str:
     frame of their code in the traceback is the launch call."""
     if re.search(rf"(?<![\w.-]){re.escape(Path(path).name)}:\d+", message):
         return message
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_student_frame(f.filename, path)]
+    frames = student_frames(exc, path)
     if not frames:
         return message
     return message + f"\nlaunched at {Path(frames[-1].filename).name}:{frames[-1].lineno}"
