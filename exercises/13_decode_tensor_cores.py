@@ -12,7 +12,8 @@ streamed into shared memory by cp.async through a ring of STAGES stages.
 
 One block per (split, kv head, sequence) computes the rows r = t · G + g (G = H / Hkv, head
 kv · G + g, token t) of its group over the keys of its split; its WARPS warps take turns over the
-split's keys, TILE_KEYS each per stage, and merge their states at the end. Then module 04's combine
+split's keys, TILE_KEYS each per stage, each streaming its own keys through its own cp.async
+pipeline, and merge their states at the end. Then module 04's combine
 merges the splits, unless there is only one. The PTX helpers and the swizzle are module 06's.
 The tuning constants are stated once, in CONFIG (below the kernels), and compiled in as -D options.
 """
@@ -34,8 +35,8 @@ KERNEL = r"""
 constexpr int NTHREADS = WARPS * 32;
 constexpr int STAGE_KEYS = WARPS * TILE_KEYS;    // keys of one stage, warp w's are TILE_KEYS · w ..
 constexpr int NT = TILE_KEYS / 8;                // 8-key MMA tiles of S per warp and stage
-static_assert(TILE_KEYS % 16 == 0 && STAGE_KEYS <= NTHREADS && STAGES >= 2,
-              "TILE_KEYS a multiple of 16, one thread per key of a stage, at least two stages");
+static_assert(TILE_KEYS % 16 == 0 && TILE_KEYS <= 32 && STAGES >= 2,
+              "TILE_KEYS a multiple of 16, one lane per key of a warp's tile, at least two stages");
 
 #if USE_BF16
 typedef __nv_bfloat16 elem_t;
@@ -95,6 +96,22 @@ __device__ __forceinline__ void cp_async_16(elem_t* dst, const elem_t* src, bool
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
 }
 
+// The cache's pages are read once: an L2 policy that evicts them first keeps L2 for what is read
+// again (q, the block table, the splits' workspace). Made once per thread, passed to every copy.
+__device__ __forceinline__ unsigned long long evict_first_policy()
+{
+    unsigned long long policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+
+// cp_async_16 with that policy: the pages' copies.
+__device__ __forceinline__ void cp_async_16_once(elem_t* dst, const elem_t* src, bool valid, unsigned long long policy)
+{
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0), "l"(policy));
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 
 // Wait until at most N of this thread's committed groups are still in flight (the newest ones).
@@ -130,32 +147,33 @@ __device__ __forceinline__ int physical_pos(int page, int j, int page_size)
     return -1;
 }
 
-// The STAGE_KEYS keys at positions pos[0 ..] (-1: zero-filled, never read) into a stage: [STAGE_KEYS][D]
-// of K, then of V, one 16-byte cp.async per chunk. Thread tid copies chunk tid % CHUNKS of rows
-// r0 + n · ROW_STEP (r0 = tid / CHUNKS): neighbouring threads read neighbouring chunks of one row.
-// A step of ROW_STEP rows (a multiple of 8) keeps the swizzle, and position p's row starts p · H_kv · D
-// elements after position 0's, so a row costs a multiply-add and its two copies. Worked out per row from
-// scratch (a signed remainder, a 64-bit product), the copies' addresses took 37% of the kernel's
-// instructions (ncu, H200, batch 256 at 1k): decode has few instructions to hide them among.
+// One warp's TILE_KEYS keys of a stage into its rows of the slot: rows row0 .. row0 + TILE_KEYS - 1 of
+// slot (K), and the same rows of slot + STAGE_KEYS · D (V), one 16-byte cp.async per chunk. Lane i <
+// TILE_KEYS holds key i's physical position pos (-1: zero-filled, never read). Lane l copies chunk
+// l % CHUNKS of rows l / CHUNKS + n · ROW_STEP, each row's position shuffled from its lane:
+// neighbouring lanes read neighbouring chunks of one row. Position p's row starts p · H_kv · D
+// elements after position 0's, so a row costs a shuffle, a multiply-add and its two copies. Worked out
+// per row from scratch (a signed remainder, a 64-bit product), the copies' addresses took 37% of the
+// kernel's instructions (ncu, H200, batch 256 at 1k): decode has few instructions to hide them among.
 template <int D>
-__device__ __forceinline__ void load_stage_async(elem_t* stage, const int* pos, const elem_t* __restrict__ k_pages,
-                                                 const elem_t* __restrict__ v_pages, int kv, int H_kv, int tid)
+__device__ __forceinline__ void load_tile_async(elem_t* slot, int row0, int pos, const elem_t* __restrict__ k_pages,
+                                                const elem_t* __restrict__ v_pages, int kv, int H_kv,
+                                                unsigned long long policy)
 {
-    constexpr int CHUNKS = D / 8, ROW_STEP = NTHREADS / CHUNKS;
-    static_assert(ROW_STEP % 8 == 0 && STAGE_KEYS % ROW_STEP == 0,
-                  "NTHREADS / (D / 8) a multiple of 8 that divides STAGE_KEYS: a thread's rows share one swizzle");
-    const int r0 = tid / CHUNKS, c = (tid % CHUNKS) * 8;
-    elem_t* k_dst = stage + swz<D>(r0, c);
-    elem_t* v_dst = k_dst + STAGE_KEYS * D;
+    constexpr int CHUNKS = D / 8, ROW_STEP = 32 / CHUNKS;
+    static_assert(TILE_KEYS % ROW_STEP == 0, "a warp copies ROW_STEP rows per instruction");
+    const int lane = threadIdx.x % 32, c = (lane % CHUNKS) * 8;
     const elem_t* k_src = k_pages + kv_offset(0, kv, H_kv, D) + c;      // position p: p · H_kv · D further
     const elem_t* v_src = v_pages + kv_offset(0, kv, H_kv, D) + c;
     const unsigned row_stride = H_kv * D;
     #pragma unroll
-    for (int n = 0; n < STAGE_KEYS / ROW_STEP; ++n) {
-        const int p = pos[r0 + n * ROW_STEP];
+    for (int n = 0; n < TILE_KEYS / ROW_STEP; ++n) {
+        const int r = lane / CHUNKS + n * ROW_STEP;
+        const int p = __shfl_sync(0xffffffffu, pos, r);
         const size_t at = (size_t)(unsigned)max(p, 0) * row_stride;      // p = -1 reads nothing
-        cp_async_16(k_dst + n * ROW_STEP * D, k_src + at, p >= 0);
-        cp_async_16(v_dst + n * ROW_STEP * D, v_src + at, p >= 0);
+        elem_t* k_dst = slot + swz<D>(row0 + r, c);
+        cp_async_16_once(k_dst, k_src + at, p >= 0, policy);
+        cp_async_16_once(k_dst + STAGE_KEYS * D, v_src + at, p >= 0, policy);
     }
 }
 
@@ -208,7 +226,6 @@ decode_partial(const elem_t* __restrict__ q, const elem_t* __restrict__ k_pages,
     const int start = split * chunk, end = min(start + chunk, ctx);
     const int n_stages = end > start ? (end - start + STAGE_KEYS - 1) / STAGE_KEYS : 0;
     const int* table_b = block_table + (size_t)b * max_pages;
-    __shared__ int pos_s[STAGES][STAGE_KEYS];   // the physical positions of the keys of each stage's slot
 
     // The group's rows of q: row r is token r / G of head kv · G + r % G; rows past n_rows are zeros.
     {
@@ -234,7 +251,7 @@ decode_partial(const elem_t* __restrict__ q, const elem_t* __restrict__ k_pages,
             #pragma unroll
             for (int e = 0; e < 4; ++e) acc[mt][dt][e] = 0.0f;
     }
-    // TODO(2): the pipeline: positions of stages 0 .. STAGES - 1 into pos_s, __syncthreads, issue stages 0 .. STAGES - 2 (one commit each, even when empty); then per stage it: cp_async_wait<STAGES - 2>, __syncthreads, refill the slot of stage it - 1 with stage it + STAGES - 1 (commit), load the pages of stage it + STAGES's keys (threads tid < STAGE_KEYS, one key each), attend_tile to this warp's keys of stage it, and only then store their positions in the slot of stage it
+    // TODO(2): this warp's own pipeline: its rows of every slot are my_row0 = warp · TILE_KEYS .., and lane i < TILE_KEYS takes key start + s · STAGE_KEYS + my_row0 + i of stage s (policy = evict_first_policy(), once). Issue stages 0 .. STAGES - 2 with load_tile_async (lane i's position: physical_pos of page_of its key; lanes i >= TILE_KEYS: -1), one commit each even when empty, and load the page of stage STAGES - 1. Then per stage it: cp_async_wait<STAGES - 2>; __syncthreads when it == 0 (q_s came from every warp), else __syncwarp; refill slot (it - 1) % STAGES with stage next = it + STAGES - 1 from the page loaded before (commit, even when empty); load the page of stage next + 1; attend_tile to this warp's rows of slot it % STAGES
     cp_async_wait<0>();
     __syncthreads();                        // the ring is free: it holds the warps' states now
 
@@ -266,11 +283,11 @@ extern "C" __global__ void decode_combine(const float* __restrict__ o_part, cons
 
 # The tuning constants, stated once: each build compiles KERNEL with them as -D options. Three stages of
 # 4 warps × 16 keys: 96 KB of ring, so two blocks share an SM, 4 stages in flight per SM; on an H200
-# (scripts/tune_decode_tc.py, 2026-11-28) it beat 2 and 4 stages (3 and 1 blocks per SM), 2 or 3 warps (which
-# load_stage_async no longer takes at d = 128: NTHREADS / (D / 8) must be a multiple of 8),
-# 8 warps and 32 keys per warp, at batch 1 (128k) and batch 64 (8k). Combine warps: four instead of one took
-# batch 1, 32k from 52 to 47 µs of device time (H200, 2026-11-28); eight instead of four, 47 to 46 µs
-# there and 141 to 139 µs at 128k (H200, 2026-11-29, one run).
+# (scripts/tune_decode_tc.py, 2026-11-28) it beat 2 and 4 stages (3 and 1 blocks per SM), 2 or 3 warps,
+# 8 warps and 32 keys per warp, at batch 1 (128k) and batch 64 (8k), all with the block's stages then
+# shared by its warps. Combine warps: four instead of one took batch 1, 32k from 52 to 47 µs of device
+# time (H200, 2026-11-28); eight instead of four, 47 to 46 µs there and 141 to 139 µs at 128k (H200,
+# 2026-11-29, one run).
 CONFIG = dict(WARPS=4, TILE_KEYS=16, STAGES=3, COMBINE_WARPS=8)
 MAX_ROW_TILES = 2               # 16-row MMA tiles per block: a group of more than 32 rows takes more blocks
 HEAD_DIMS = (64, 128)

@@ -37,6 +37,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--configs", nargs="*", default=["4,16,4,2", "4,16,2,3", "4,16,3,2", "4,32,2,2", "8,16,2,2"])
     ap.add_argument("--files", nargs="*", default=[], help="other versions of the solution to time too")
+    ap.add_argument("--in-order", action="store_true",
+                    help="pages in the pool's order (block table 0, 1, 2, ...) instead of shuffled")
     ap.add_argument("--shapes", nargs="*", default=["1,131072,1", "64,8192,1", "64,2048,1", "1,32768,1", "64,2048,4"])
     args = ap.parse_args()
     rt = get_runtime("gpu")
@@ -51,7 +53,7 @@ def main() -> int:
     print(f"{'shape':<18} {'variant':<34} {'ms':>8} {'of copy':>8}")
     for shape in args.shapes:
         B, ctx, T = (int(x) for x in shape.split(","))
-        p = dict(B=B, T=T, H=64, Hkv=8, d=128, ctx=ctx, page_size=16, dtype="bfloat16", tiled=True)
+        p = dict(B=B, T=T, H=64, Hkv=8, d=128, ctx=ctx, page_size=16, dtype="bfloat16", tiled=True, shuffle=not args.in_order)
         x = checks.make_inputs(p, case_rng(0, shape))
         dev = {k: rt.asarray(v) if isinstance(v, np.ndarray) else v for k, v in x.items()}
         b = BenchContext(rt, dev, p, None)
