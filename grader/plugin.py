@@ -319,12 +319,17 @@ class CheckRun:
             result.plot = path
         if self.shrink and case.name != "custom":
             import time
-            from .engine.runner import format_shape, shrink
+            from .engine.runner import format_shape, one_change, shrink
             found = shrink(self.ex, case.params, fn, rt, self.seed, self.path,
                            clock=lambda: time.process_time() - self.compile_seconds)
             if found:
-                params, r = found
-                result.shrunk = {"params": params, "message": r.message, "shape": format_shape(params),
+                params, r, passing = found
+                message = r.message
+                if passing:         # what the failure needs: run, and seen to pass
+                    message = message.rstrip("\n") + (
+                        "\nobserved: this shape passes with any one of these changes (same seed): "
+                        + ", ".join(one_change(params, c) for c in passing) + ".")
+                result.shrunk = {"params": params, "message": message, "shape": format_shape(params),
                                  "kind": r.kind, "candidates": r.candidates, "plain": r.plain, "searched": r.searched,
                                  "observations": r.observations, "cause": None}
 

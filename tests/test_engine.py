@@ -536,3 +536,26 @@ def test_a_refused_launch_names_the_line_that_launched_it(tmp_path):
     message = report["cases"][0]["message"]
     assert "expects float32, but the launch passed int32" in message, message
     assert re.search(r"launched at int_scale\.py:\d+\n\s+line \d+: ", message), message
+
+
+def test_the_smallest_failing_shape_says_which_one_change_makes_it_pass(tmp_path):
+    """A second key tile's bug (S not zeroed per tile): Nk = 65 fails, Nk = 64 passes, and the
+    grader says so, naming only the nearest passing value of each key."""
+    from pathlib import Path
+    path = Path(__file__).parent / "blind" / "02_flash_forward" / "scores_zeroed_once_b41.py"
+    r = run_check(catalogue.resolve("02"), path, "cpu", 3, cases=["tile_plus_1"])
+    shrunk = r["cases"][0]["shrunk"]
+    assert shrunk and "Nk=65" in shrunk["shape"]
+    line = next(x for x in shrunk["message"].splitlines() if "passes with any one of these changes" in x)
+    assert "Nk=64 (not 65)" in line and "Nk=1 " not in line
+
+
+def test_clean_passes_drop_near_misses_and_keep_the_nearest_value():
+    from grader.engine.runner import CaseResult, clean_passes
+    failing = {"Nk": 65, "d": 32, "causal": True}
+    fail = CaseResult("custom", False, rel_err=1e-3)
+    tried = [({"Nk": 1, "d": 32, "causal": True}, CaseResult("custom", True, rel_err=1e-8)),
+             ({"Nk": 64, "d": 32, "causal": True}, CaseResult("custom", True, rel_err=1e-8)),
+             ({"Nk": 65, "d": 16, "causal": True}, CaseResult("custom", True, rel_err=5e-5)),     # a near miss
+             ({"Nk": 65, "d": 32, "causal": False}, CaseResult("custom", False, rel_err=1e-3))]
+    assert clean_passes(failing, fail, tried) == [{"Nk": 64, "d": 32, "causal": True}]

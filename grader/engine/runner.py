@@ -513,24 +513,54 @@ def trim_lens(params: dict) -> dict:
     return out
 
 
+CONTRASTS = {True: False}       # a flag the failing shape has on, tried off (causal, backward, ...)
+CONTRAST_ZERO = ("masked",)     # a share the failing shape has, tried at 0
+
+
+def contrast_candidates(params: dict, task) -> list[dict]:
+    """The failing shape with one feature turned off: a flag that is on, a share of masked entries.
+    Not smaller, so never taken as the new shape; run only to say what the failure needs."""
+    out = []
+    for key, v in params.items():
+        if isinstance(v, bool) and v in CONTRASTS:
+            cand = dict(params, **{key: CONTRASTS[v]})
+        elif key in CONTRAST_ZERO and isinstance(v, (int, float)) and not isinstance(v, bool) and v:
+            cand = dict(params, **{key: 0})
+        else:
+            continue
+        valid = getattr(task, "valid", None)
+        if valid is None or valid(cand):
+            out.append(cand)
+    return out
+
+
+def one_change(params: dict, cand: dict) -> str:
+    """'Nk=64 (not 65)': the key cand changed (the first that differs: B, not the lens it trims)."""
+    k = next(k for k in cand if cand[k] != params.get(k))
+    return f"{k}={cand[k]} (not {params[k]})"
+
+
 def shrink(ex: Exercise, params: dict, fn, rt, seed: int, path: Path, max_tries=30, budget_s=15.0,
            clock=None):
     """Greedy: keep taking the first smaller shape that still fails, until none does.
 
-    Returns (params, result) of the smallest failing shape, or None when nothing smaller fails.
-    The shrunk case is named "custom", like a case given with --shape, so the replay is exact.
-    `clock` measures the budget, in CPU time (a loaded machine gets the same shape); the plugin's
-    leaves out the time spent compiling (a cold kernel cache must not eat the search).
+    Returns (params, result, passing) for the smallest failing shape, or None when nothing smaller
+    fails. `passing`: the shapes one change away from it that were run and pass, the smaller ones
+    (each tried when no smaller shape failed) and the same shape with a feature turned off
+    (contrast_candidates): what the failure needs, observed. The shrunk case is named "custom", like a
+    case given with --shape, so the replay is exact. `clock` measures the budget, in CPU time (a
+    loaded machine gets the same shape); the plugin's leaves out the time spent compiling (a cold
+    kernel cache must not eat the search).
     """
     import time
     clock = clock or time.process_time
     task = load_task(ex)
-    best, best_result = None, None
+    best, best_result, passing = None, None, []
     current = dict(params)
     tries, t0 = 0, clock()
     improved = True
     while improved and tries < max_tries and clock() - t0 < budget_s:
-        improved = False
+        improved, passing = False, []
         for cand in shrink_candidates(current, task):
             if tries >= max_tries or clock() - t0 >= budget_s:
                 break
@@ -539,7 +569,37 @@ def shrink(ex: Exercise, params: dict, fn, rt, seed: int, path: Path, max_tries=
             if not r.passed and r.kind in ("checked", "error") and rt.healthy():
                 current, best, best_result, improved = cand, cand, r, True
                 break
-    return (best, best_result) if best is not None else None
+            if r.passed:
+                passing.append((cand, r))
+    if best is None:
+        return None
+    for cand in contrast_candidates(best, task):
+        if tries >= max_tries or clock() - t0 >= budget_s:
+            break
+        tries += 1
+        passing.append((cand, run_case(ex, Case("custom", cand), fn, rt, seed, path)))
+    return best, best_result, clean_passes(best, best_result, passing)
+
+
+def clean_passes(params: dict, failed: CaseResult, tried: list) -> list[dict]:
+    """Of the shapes tried one change away from the failing one, those that pass with an error far
+    below the failure's (a hundredth of it: a near miss that happens to pass on these inputs says
+    little), and of several values of one key only the nearest."""
+    bad = failed.rel_err if failed.rel_err is not None else float("inf")
+    nearest: dict = {}
+    for cand, r in tried:
+        if not r.passed or (np.isfinite(bad) and (r.rel_err is None or r.rel_err > bad / 100)):
+            continue
+        key = next(k for k in cand if cand[k] != params.get(k))
+        old = nearest.get(key)
+        if old is None or abs(_as_number(cand[key]) - _as_number(params[key])) < \
+                abs(_as_number(old[key]) - _as_number(params[key])):
+            nearest[key] = cand
+    return list(nearest.values())
+
+
+def _as_number(v) -> float:
+    return float(v) if isinstance(v, (int, float)) else 0.0
 
 
 def parse_shape(text: str) -> dict:

@@ -81,8 +81,9 @@ def pv_keys_cause(ctx, s, v):
 
 
 def softmax_rows_cause(ctx, s, v):
-    """The softmax kernel's grid short of the B · H · n_q rows it normalises in place: the rows past
-    its last block keep their scores S (o = S V) and their lse is never written."""
+    """The softmax kernel short of the B · H · n_q rows it normalises in place (its grid, or the row
+    count it is passed): the rows past its reach keep their scores S (o = S V) and their lse is never
+    written."""
     gone = np.asarray(replays.unwritten_mask(ctx, "lse")).reshape(-1)       # rows (b, h, i), flattened
     first = int(np.argmax(gone)) if gone.any() else gone.size
     if not gone.any() or not gone[first:].all():
@@ -96,8 +97,9 @@ def softmax_rows_cause(ctx, s, v):
         yield Cause("grid:softmax_rows", (
             f"the softmax never reaches the last {gone.size - first} of the B · H · n_q = {gone.size} rows "
             f"(from row {first} of the flattened (b, h, i) on): their lse still holds the grader's NaN and "
-            "their o matches the unnormalised scores times V, S V (the output matches that). The softmax "
-            "kernel's grid must cover every row: cdiv(B · H · n_q, threads per block) blocks."))
+            "their o matches the unnormalised scores times V, S V (the output matches that). Every row needs a "
+            "thread that does not return early: a grid of cdiv(B · H · n_q, threads per block) blocks, and "
+            "the row count the kernel compares its row index with equal to B · H · n_q."))
 
 
 def output_grid_cause(ctx):
