@@ -96,22 +96,6 @@ __device__ __forceinline__ void cp_async_16(elem_t* dst, const elem_t* src, bool
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
 }
 
-// The cache's pages are read once: an L2 policy that evicts them first keeps L2 for what is read
-// again (q, the block table, the splits' workspace). Made once per thread, passed to every copy.
-__device__ __forceinline__ unsigned long long evict_first_policy()
-{
-    unsigned long long policy;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-    return policy;
-}
-
-// cp_async_16 with that policy: the pages' copies.
-__device__ __forceinline__ void cp_async_16_once(elem_t* dst, const elem_t* src, bool valid, unsigned long long policy)
-{
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;"
-                 :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0), "l"(policy));
-}
-
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 
 // Wait until at most N of this thread's committed groups are still in flight (the newest ones).
@@ -149,7 +133,8 @@ __device__ __forceinline__ int physical_pos(int page, int j, int page_size)
 
 // One warp's TILE_KEYS keys of a stage into its rows of the slot: rows row0 .. row0 + TILE_KEYS - 1 of
 // slot (K), and the same rows of slot + STAGE_KEYS · D (V), one 16-byte cp.async per chunk. Lane i <
-// TILE_KEYS holds key i's physical position pos (-1: zero-filled, never read). Lane l copies chunk
+// TILE_KEYS holds key i's physical position pos (-1: nothing read from global memory; the rows are
+// zero-filled, and attend_tile masks the key). Lane l copies chunk
 // l % CHUNKS of rows l / CHUNKS + n · ROW_STEP, each row's position shuffled from its lane:
 // neighbouring lanes read neighbouring chunks of one row. Position p's row starts p · H_kv · D
 // elements after position 0's, so a row costs a shuffle, a multiply-add and its two copies. Worked out
@@ -157,8 +142,7 @@ __device__ __forceinline__ int physical_pos(int page, int j, int page_size)
 // kernel's instructions (ncu, H200, batch 256 at 1k): decode has few instructions to hide them among.
 template <int D>
 __device__ __forceinline__ void load_tile_async(elem_t* slot, int row0, int pos, const elem_t* __restrict__ k_pages,
-                                                const elem_t* __restrict__ v_pages, int kv, int H_kv,
-                                                unsigned long long policy)
+                                                const elem_t* __restrict__ v_pages, int kv, int H_kv)
 {
     constexpr int CHUNKS = D / 8, ROW_STEP = 32 / CHUNKS;
     static_assert(TILE_KEYS % ROW_STEP == 0, "a warp copies ROW_STEP rows per instruction");
@@ -172,8 +156,8 @@ __device__ __forceinline__ void load_tile_async(elem_t* slot, int row0, int pos,
         const int p = __shfl_sync(0xffffffffu, pos, r);
         const size_t at = (size_t)(unsigned)max(p, 0) * row_stride;      // p = -1 reads nothing
         elem_t* k_dst = slot + swz<D>(row0 + r, c);
-        cp_async_16_once(k_dst, k_src + at, p >= 0, policy);
-        cp_async_16_once(k_dst + STAGE_KEYS * D, v_src + at, p >= 0, policy);
+        cp_async_16(k_dst, k_src + at, p >= 0);
+        cp_async_16(k_dst + STAGE_KEYS * D, v_src + at, p >= 0);
     }
 }
 
@@ -251,7 +235,7 @@ decode_partial(const elem_t* __restrict__ q, const elem_t* __restrict__ k_pages,
             #pragma unroll
             for (int e = 0; e < 4; ++e) acc[mt][dt][e] = 0.0f;
     }
-    // TODO(2): this warp's own pipeline: its rows of every slot are my_row0 = warp · TILE_KEYS .., and lane i < TILE_KEYS takes key start + s · STAGE_KEYS + my_row0 + i of stage s (policy = evict_first_policy(), once). Issue stages 0 .. STAGES - 2 with load_tile_async (lane i's position: physical_pos of page_of its key; lanes i >= TILE_KEYS: -1), one commit each even when empty, and load the page of stage STAGES - 1. Then per stage it: cp_async_wait<STAGES - 2>; __syncthreads when it == 0 (q_s came from every warp), else __syncwarp; refill slot (it - 1) % STAGES with stage next = it + STAGES - 1 from the page loaded before (commit, even when empty); load the page of stage next + 1; attend_tile to this warp's rows of slot it % STAGES
+    // TODO(2): this warp's own pipeline: its rows of every slot are my_row0 = warp · TILE_KEYS .., and lane i < TILE_KEYS takes key start + s · STAGE_KEYS + my_row0 + i of stage s. Issue stages 0 .. STAGES - 2 with load_tile_async (lane i's position: physical_pos of page_of its key; lanes i >= TILE_KEYS: -1), one commit each even when empty, and load the page of stage STAGES - 1. Then per stage it: cp_async_wait<STAGES - 2>; __syncthreads when it == 0 (q_s came from every warp), else __syncwarp; if next = it + STAGES - 1 < n_stages, issue it into slot next % STAGES (the one stage it - 1 used) at the positions of the page loaded in the previous iteration (the prologue's, the first time); commit either way; load the page of stage next + 1; attend_tile to this warp's rows of slot it % STAGES
     cp_async_wait<0>();
     __syncthreads();                        // the ring is free: it holds the warps' states now
 
@@ -285,7 +269,7 @@ extern "C" __global__ void decode_combine(const float* __restrict__ o_part, cons
 # 4 warps × 16 keys: 96 KB of ring, so two blocks share an SM, 4 stages in flight per SM; on an H200
 # (scripts/tune_decode_tc.py, 2026-11-28) it beat 2 and 4 stages (3 and 1 blocks per SM), 2 or 3 warps,
 # 8 warps and 32 keys per warp, at batch 1 (128k) and batch 64 (8k), all with the block's stages then
-# shared by its warps. Combine warps: four instead of one took batch 1, 32k from 52 to 47 µs of device
+# shared by its warps (not re-tuned since each warp runs its own pipeline). Combine warps: four instead of one took batch 1, 32k from 52 to 47 µs of device
 # time (H200, 2026-11-28); eight instead of four, 47 to 46 µs there and 141 to 139 µs at 128k (H200,
 # 2026-11-29, one run).
 CONFIG = dict(WARPS=4, TILE_KEYS=16, STAGES=3, COMBINE_WARPS=8)
