@@ -10,8 +10,6 @@ csrc/emu/async_copy.h, emu_runtime.cpp):
     cp.async.{ca|cg}.shared{::cta}.global{.L2::64B|128B|256B}{.L2::cache_hint}
                                                     [dst], [src], size{, src-size}{, policy}
     cp.async.commit_group   cp.async.wait_group N   cp.async.wait_all
-    createpolicy.fractional.L2::{evict_first|evict_last|evict_normal|evict_unchanged}{..}.b64 d, fraction
-                                                    (a cache policy: the emulator has no L2, d = 0)
     cvta.to.shared{::cta}.{u32|u64}   cvta.shared{::cta}.{u32|u64}   cvta{.to}.global.u64
     cvt.u32.u64   cvt.u64.u32
     mov.b32 d, {lo, hi}   mov.b32 {lo, hi}, s   mov.{b,u,s}{16,32,64} d, s   (also of %laneid)
@@ -60,7 +58,7 @@ SUPPORTED = (
     "mma.sync.aligned.m16n8k16 / m16n8k8 .row.col.f32.{f16.f16|bf16.bf16}.f32, "
     "ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.shared.b16, "
     "cp.async.{ca,cg}.shared.global (4/8/16 bytes, optional src-size), cp.async.commit_group, "
-    "cp.async.wait_group N, cp.async.wait_all, createpolicy.fractional (an L2 policy, ignored), cvta.to.shared, cvt.u32.u64, mov.b32 (packing two "
+    "cp.async.wait_group N, cp.async.wait_all, cvta.to.shared, cvt.u32.u64, mov.b32 (packing two "
     "16-bit halves), cvt.rn.{f16,bf16}x2.f32, setp.{eq,ne} and selp with @p guards; for sm_90a: "
     "wgmma.mma_async m64nNk16 (f16/bf16, f32), wgmma.fence / commit_group / wait_group, "
     "mbarrier.{init,arrive,arrive.expect_tx,expect_tx,complete_tx,try_wait.parity,test_wait.parity}, "
@@ -581,12 +579,6 @@ def _no_operands(ctx, ops):
         raise ctx.err(f"`{_readable(ctx.text)}` takes no operands")
 
 
-def _createpolicy(ctx, m, ops):
-    if len(ops) not in (1, 2):
-        raise ctx.err(f"`{_readable(ctx.text)}`: createpolicy.fractional takes d{{, fraction}}")
-    return f"{_dst(ctx, ops[0])} = 0"     # the policy only steers L2, which the emulator does not have
-
-
 def _commit(ctx, m, ops):
     _no_operands(ctx, ops)
     return "__cudaemu_ptx::cp_async_commit()"
@@ -888,8 +880,6 @@ _HANDLERS: list[tuple[re.Pattern, Callable]] = [
      _ldmatrix),
     (re.compile(r"cp\.async\.(ca|cg)\.shared(?:::cta)?\.global((?:\.L2::(?:64B|128B|256B|cache_hint))*)"),
      _cp_async),
-    (re.compile(r"createpolicy\.fractional(?:\.L2::evict_(?:first|last|normal|unchanged)){1,2}\.b64"),
-     _createpolicy),
     (re.compile(r"cp\.async\.commit_group"), _commit),
     (re.compile(r"cp\.async\.wait_group"), _wait_group),
     (re.compile(r"cp\.async\.wait_all"), _wait_all),
