@@ -559,3 +559,16 @@ def test_clean_passes_drop_near_misses_and_keep_the_nearest_value():
              ({"Nk": 65, "d": 16, "causal": True}, CaseResult("custom", True, rel_err=5e-5)),     # a near miss
              ({"Nk": 65, "d": 32, "causal": False}, CaseResult("custom", False, rel_err=1e-3))]
     assert clean_passes(failing, fail, tried) == [{"Nk": 64, "d": 32, "causal": True}]
+
+
+def test_a_cp_async_read_by_another_warp_before_a_barrier_is_named_with_both_lines():
+    """Blind kernel b42 (module 13): __syncwarp where the first stage needs __syncthreads, so a warp's
+    ldmatrix reads q rows another warp's cp.async wrote. The race finder sees the runtime's copies
+    and each lane's ldmatrix row, and names the kernel lines that called them."""
+    from pathlib import Path
+    path = Path(__file__).parent / "blind" / "13_decode_tensor_cores" / "first_stage_syncwarp_b42.py"
+    r = run_check(catalogue.resolve("13"), path, "cpu", 3, cases=["gqa_16_page_size_32"], shrink=False)
+    message = r["cases"][0]["message"]
+    assert "writes it with a cp.async at first_stage_syncwarp_b42.py:303" in message, message
+    assert "reads it with an ldmatrix at first_stage_syncwarp_b42.py:189" in message, message
+    assert "after a __syncthreads() that follows that wait" in message

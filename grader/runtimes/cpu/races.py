@@ -9,8 +9,10 @@ they never race). ``describe`` turns that into the student's file:line and sourc
 the threads' (x, y, z), and the shared array (its name and element) or the argument it lies in.
 
 The finder counts only __syncthreads: named barriers, mbarrier waits, __syncwarp and cp.async waits
-order nothing for it (copies made by the runtime, cp.async and TMA, and the tensor cores' reads are
-not logged at all). Every finished solution, module 10's with all of those included, shows no race in
+order nothing for it. A cp.async's write of its destination is logged by the runtime for the issuing
+thread, at the issue and again when a wait completes it, and each lane's 16-byte row of an ldmatrix
+as that lane's read (counters.h race_site_pc: the race names the kernel lines that called the PTX);
+TMA copies and wgmma's reads are not logged. Every finished solution, module 10's with all of those included, shows no race in
 a counting build on any of its check cases (checked when this was written), so a race it reports is
 one; but two lanes of one warp in a kernel that calls __syncwarp() (or a tile's sync) may be ordered
 by it, and such a pair is left unnamed (the generic message stands). The finder looks for a pair of
@@ -32,7 +34,9 @@ from ..base import KernelFault, line_text
 from .abi import DlInfo, libc, set_arrays
 from .build import strip_code
 from .faults import _block_coords
-from .symbols import addr2line
+from types import SimpleNamespace
+
+from .symbols import addr2line, callers, student_line
 
 
 @dataclass
@@ -44,6 +48,9 @@ class Race:
     addr: int                  # the first byte of the 4-byte word both touch
     arg: int                   # index into the arrays handed to the counting library; -1: shared
     lib_path: str
+    # Per access, where the runtime made it on the thread's behalf (a cp.async landing, a lane's row of
+    # an ldmatrix): (file, line, kind 'c' or 'l', return addresses); None for the kernel's own access.
+    sites: tuple = (None, None)
 
 
 def find(kernel, run, copy_in, sample, arrays, bufs) -> Race | None:
@@ -78,7 +85,8 @@ def find(kernel, run, copy_in, sample, arrays, bufs) -> Race | None:
                 arg = int(who[4])
                 return Race(int(b), (int(who[0]), int(who[1])), (bool(who[2]), bool(who[3])),
                             (int(pcs[0]), int(pcs[1])), int(addr.value),
-                            keep[arg] if 0 <= arg < n else -1, str(twin._module._built.path))
+                            keep[arg] if 0 <= arg < n else -1, str(twin._module._built.path),
+                            tuple(_site(lib, int(pc)) for pc in pcs))
     finally:
         lib.cudaemu_set_quiet(0)
     return None
@@ -88,6 +96,17 @@ def _typed(lib) -> None:
     lib.cudaemu_counters_race.restype = ctypes.c_int
     lib.cudaemu_counters_race.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_int32),
                                           ctypes.POINTER(ctypes.c_uint64)]
+    lib.cudaemu_counters_site.restype = ctypes.c_int
+    lib.cudaemu_counters_site.argtypes = [ctypes.c_uint64, ctypes.POINTER(ctypes.c_char_p),
+                                          ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_uint64)]
+
+
+def _site(lib, pc: int):
+    """(file, line, kind, return addresses) of a runtime site (counters.h race_site_pc), or None."""
+    file, lk, frames = ctypes.c_char_p(), (ctypes.c_int32 * 2)(), (ctypes.c_uint64 * 8)()
+    if not lib.cudaemu_counters_site(pc, ctypes.byref(file), lk, frames):
+        return None
+    return ((file.value or b"").decode(errors="replace"), int(lk[0]), chr(lk[1]), [int(f) for f in frames if f])
 
 
 def _discard_output(lib) -> None:
@@ -109,7 +128,16 @@ def describe(race: Race, kernel, args, arg_slot, arrays, bufs, smem, shared_mem,
         return None              # two lanes of one warp that a __syncwarp() may order: not provably a race
     if _OTHER_SYNC.search(module.source or ""):
         return None              # named barriers or mbarrier waits may order the pair: the finder cannot tell
-    places = [_student_line(race.lib_path, off, student) for off in race.offsets]
+    places, helper = [], []
+    for off, site in zip(race.offsets, race.sites):
+        if site is None:
+            places.append(_student_line(race.lib_path, off, student))
+            helper.append(None)
+        else:                    # the kernel line that called the PTX's helper, if any, names the place
+            line = student_line(site[0], site[1], student)
+            up = callers(SimpleNamespace(frames=site[3]), student, line) if line else []
+            places.append(int(up[0].rsplit(":", 1)[1]) if up else line)
+            helper.append(line if up else None)
     if None in places:
         # An access inside the emulator's headers: a warp collective (ldmatrix) that one lane runs for
         # the whole warp, so neither its line nor its thread is the student's.
@@ -119,11 +147,21 @@ def describe(race: Race, kernel, args, arg_slot, arrays, bufs, smem, shared_mem,
     bc = _block_coords(race.block, grid)
     parts = []
     for k in range(2):
-        rw = "writes" if race.writes[k] else "reads"
+        kind = race.sites[k][2] if race.sites[k] else None
+        rw = {"c": "writes it with a cp.async", "l": "reads it with an ldmatrix"}.get(
+            kind, "writes it" if race.writes[k] else "reads it")
         t = _block_coords(race.threads[k], block)
         line = places[k]
-        parts.append(f"thread {t} {rw} it at {student}:{line}{_text(module, student, line)}")
+        text = _text(module, student, line)
+        if helper[k] and helper[k] != line:       # the call's line, then where its PTX is
+            text = f"{text[:-1]}; its PTX at line {helper[k]})" if text else f" (its PTX at line {helper[k]})"
+        parts.append(f"thread {t} {rw} at {student}:{line}{text}")
     advice = _advice(race, places, getattr(module, "source", "") or "")
+    if race.sites[0] and race.sites[0][2] == "c" and not race.writes[1]:
+        advice = (f"A cp.async's bytes belong to the thread that issued it until that thread's "
+                  f"cp.async.wait_group covers the copy; other threads may read them only after a "
+                  f"__syncthreads() that follows that wait. Put one between the wait and the read (line "
+                  f"{places[1]}).")
     if via and not memory.startswith(via + "["):
         memory += f", which both lines index as {via}[...]"
     text = (f"data race in block {bc} on {memory}: {parts[0]}, and {parts[1]}, and no "

@@ -23,6 +23,13 @@
 // The same log finds data races exactly (cudaemu_counters_race): two threads of a block touching
 // one address, at least one writing, with no __syncthreads between them (their barrier epochs are
 // equal), whatever order the emulator ran them in. Atomics are not logged, so they never race.
+//
+// The runtime's own accesses on a thread's behalf join the log for the race finder only (not the
+// counts): a cp.async's write of its destination, at its issue and again when a wait of the
+// issuing thread completes it, and the 16-byte row each lane of an ldmatrix hands in, read by that
+// lane. Their instruction is a "site" (race_site_pc): the PTX's file:line and the return addresses
+// above it, which Python turns into the student's lines (cudaemu_counters_site). The bytes ldmatrix
+// moves while it computes, on one lane's behalf, are counted but never raced.
 
 struct CountedAccess {
   uint64_t key;     // (warp, instruction index, occurrence, lane), sortable
@@ -31,7 +38,9 @@ struct CountedAccess {
   uint16_t size;
   uint8_t write;
   int8_t arg;       // index into array_args, or -1 for shared memory
+  uint8_t flags;    // COUNTED: in the counts; RACED: seen by the race finder
 };
+enum { COUNTED = 1, RACED = 2 };
 
 struct CounterRow {   // one instruction (cudaemu_counters_rows), read by cpu/counters.py
   uint64_t pc;        // offset in the kernel library (for addr2line)
@@ -69,6 +78,13 @@ static uint64_t c_blocks, c_barriers;
 struct RaceRecord { uintptr_t addr; uint64_t pc_a, pc_b; int32_t thread_a, thread_b, write_a, write_b, arg; };
 static RaceRecord race;
 static int race_found;
+static int collective_depth;   // > 0 inside a warp collective's own copying (ldmatrix): not raced
+
+// A runtime access's place: file:line of its PTX and the return addresses above it.
+struct RaceSite { const char* file; int line; int kind; uint64_t frames[8]; };
+static RaceSite* race_sites;
+static int n_race_sites, cap_race_sites;
+static const uintptr_t SITE_TAG = (uintptr_t)0x0F00000000000000ull;   // not an address: no library's
 
 static int row_of(uintptr_t pc) {
   if (n_rows * 2 >= cap_slots) {
@@ -109,30 +125,35 @@ static int row_of(uintptr_t pc) {
 
 static const int MAX_ROWS = 1 << 13;   // instructions that access memory, per kernel library
 
+static void log_access(int t, uintptr_t pc, const void* p, unsigned size, int write, uint8_t flags);
+
 static void count_access(uintptr_t pc, const void* p, unsigned size, int write) {
   if (!counting || !cur || acc_overflow) return;
+  log_access(cur->linear, pc, p, size, write, collective_depth ? COUNTED : COUNTED | RACED);
+}
+
+static void log_access(int t, uintptr_t pc, const void* p, unsigned size, int write, uint8_t flags) {
   const char* c = (const char*)p;
   int arg;
   if (in_static(c, size) || in_dynamic(c, size)) {
     arg = -1;
-    if (tracing && write) trace_shared_write(row_of(pc), c, size);
+    if (tracing && write && (flags & COUNTED)) trace_shared_write(row_of(pc), c, size);
   } else {
     arg = -2;
     for (int i = 0; i < n_array_args && i < 64; ++i)
       if ((uintptr_t)c >= array_args[i].lo && (uintptr_t)c + size <= array_args[i].hi) { arg = i; break; }
     if (arg == -2) {         // a local variable, the emulator's own memory, or just outside an array
-      if (tracing) trace_outside(row_of(pc), (uintptr_t)c, size, write);
+      if (tracing && (flags & COUNTED)) trace_outside(row_of(pc), (uintptr_t)c, size, write);
       return;
     }
-    if (tracing) trace_global(row_of(pc), arg, (uintptr_t)c, size, write);
+    if (tracing && (flags & COUNTED)) trace_global(row_of(pc), arg, (uintptr_t)c, size, write);
   }
-  int t = cur->linear;
   if (t >= occ_threads) return;
   // The host compiler may split one vector access (a float4) into scalar ones where a GPU compiler
   // issues one 16-byte instruction: an access that continues this thread's previous one (the next
   // bytes, in the same aligned 16, from an instruction a few bytes on) is counted as part of it.
   size_t last = thread_last[t];
-  if (last < acc_n) {
+  if (last < acc_n && (flags & COUNTED) && acc_log[last].flags == flags) {
     CountedAccess* prev = &acc_log[last];
     unsigned merged = prev->size + size;
     if (prev->write == write && prev->arg == arg && prev->epoch == thread_epoch[t] &&
@@ -154,9 +175,41 @@ static void count_access(uintptr_t pc, const void* p, unsigned size, int write) 
     acc_cap = ncap;
   }
   uint64_t warp = (uint64_t)(t >> 5), lane = (uint64_t)(t & 31);
-  thread_last[t] = acc_n;
+  if (flags & COUNTED) thread_last[t] = acc_n;
   acc_log[acc_n++] = {(warp << 58) | ((uint64_t)r << 45) | ((uint64_t)(occ & 0xFFFFFFFFFull) << 5) | lane,
-                      (uintptr_t)c, thread_epoch[t], (uint16_t)size, (uint8_t)write, (int8_t)arg};
+                      (uintptr_t)c, thread_epoch[t], (uint16_t)size, (uint8_t)write, (int8_t)arg, flags};
+}
+
+// The site of a runtime access made now by the running thread (kind: 'c' cp.async, 'l' ldmatrix):
+// a pseudo instruction address, SITE_TAG + index; 0 when not counting.
+static uintptr_t race_site_pc(const char* file, int line, int kind) {
+  if (!counting || !cur) return 0;
+  RaceSite s;
+  s.file = file;
+  s.line = line;
+  s.kind = kind;
+  capture_frames(s.frames);
+  for (int i = n_race_sites - 1; i >= 0 && i >= n_race_sites - 64; --i) {
+    const RaceSite* o = &race_sites[i];
+    if (o->line == line && o->file == file && o->kind == kind && !memcmp(o->frames, s.frames, sizeof s.frames))
+      return SITE_TAG + (uintptr_t)i;
+  }
+  if (n_race_sites == cap_race_sites) {
+    int ncap = cap_race_sites ? cap_race_sites * 2 : 64;
+    RaceSite* n = (RaceSite*)realloc(race_sites, sizeof(RaceSite) * (size_t)ncap);
+    if (!n) return 0;
+    race_sites = n;
+    cap_race_sites = ncap;
+  }
+  race_sites[n_race_sites] = s;
+  return SITE_TAG + (uintptr_t)n_race_sites++;
+}
+
+// A runtime access on thread t's behalf, for the race finder only (shared memory alone).
+static void race_log(int t, uintptr_t site, const void* p, unsigned size, int write) {
+  if (!counting || !site || acc_overflow) return;
+  if (!in_static((const char*)p, size) && !in_dynamic((const char*)p, size)) return;
+  log_access(t, site, p, size, write, RACED);
 }
 
 static void counters_barrier() {
@@ -252,7 +305,7 @@ static int cmp_word(const void* a, const void* b) {
 static void find_race() {
   size_t n = 0;
   for (size_t i = 0; i < acc_n; ++i)   // the 4-byte words each access spans (unaligned ones: one more)
-    n += ((acc_log[i].addr + acc_log[i].size - 1) >> 2) - (acc_log[i].addr >> 2) + 1;
+    if (acc_log[i].flags & RACED) n += ((acc_log[i].addr + acc_log[i].size - 1) >> 2) - (acc_log[i].addr >> 2) + 1;
   if (n > words_cap) {
     WordAccess* w = (WordAccess*)realloc(words_buf, sizeof(WordAccess) * n);
     if (!w) return;
@@ -262,6 +315,7 @@ static void find_race() {
   size_t k = 0;
   for (size_t i = 0; i < acc_n; ++i) {
     const CountedAccess* a = &acc_log[i];
+    if (!(a->flags & RACED)) continue;
     uint16_t thread = (uint16_t)(((a->key >> 58) << 5) | (a->key & 31));
     uint16_t row = (uint16_t)((a->key >> 45) & 0x1FFF);
     for (uintptr_t w = a->addr >> 2; w <= (a->addr + a->size - 1) >> 2; ++w)
@@ -316,6 +370,7 @@ static void counters_block_end(int nthreads) {
     while (j < acc_n && (acc_log[j].key >> 5) == (acc_log[i].key >> 5)) ++j;
     const CountedAccess* g = &acc_log[i];
     int n = (int)(j - i);
+    if (!(g[0].flags & COUNTED)) { i = j; continue; }      // a runtime access, for the race finder only
     CounterRow* row = &rows[(acc_log[i].key >> 45) & 0x1FFF];
     int warp = (int)(acc_log[i].key >> 58);
     int lanes = nthreads - warp * 32 < 32 ? nthreads - warp * 32 : 32;
@@ -397,6 +452,28 @@ EXPORT int cudaemu_counters_race(uint64_t* pcs, int32_t* who, uint64_t* addr) {
   who[4] = race.arg;
   *addr = race.addr;
   return 1;
+}
+
+// A race's instruction that is a runtime site (race_site_pc): its file, line, kind and return
+// addresses; 0 for an instruction of the library (addr2line names those).
+EXPORT int cudaemu_counters_site(uint64_t pc, const char** file, int32_t* line_kind, uint64_t* frames) {
+  if (pc < SITE_TAG || pc >= SITE_TAG + (uint64_t)n_race_sites) return 0;
+  const RaceSite* s = &race_sites[pc - SITE_TAG];
+  *file = s->file;
+  line_kind[0] = s->line;
+  line_kind[1] = s->kind;
+  memcpy(frames, s->frames, sizeof s->frames);
+  return 1;
+}
+
+// Warp collectives that copy on their lanes' behalf (ldmatrix) bracket that copying with these, so
+// that one lane's reads of every lane's rows are counted but not raced.
+extern "C" HIDDEN void __cudaemu_collective_copy(int on) { collective_depth += on ? 1 : -1; }
+
+// The row lane `lane` of the running warp hands to ldmatrix: read by that lane, for the race finder.
+extern "C" HIDDEN void __cudaemu_race_read(int lane, const void* p, unsigned n, const char* file, int line) {
+  if (!counting || !cur) return;
+  race_log((cur->linear & ~31) + lane, race_site_pc(file, line, 'l'), p, n, 0);
 }
 
 // ---- the ThreadSanitizer entry points a counting build calls ----------------------------------

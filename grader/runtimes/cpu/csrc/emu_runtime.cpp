@@ -97,6 +97,7 @@ struct AsyncCopy {
   char* dst;
   const char* file;
   int line;
+  uintptr_t site;       // its race-finder site (counters.h), 0 when not counting
   uint32_t group;       // the issuing thread's group count at issue: its open group
   uint32_t size;
   unsigned char data[16];
@@ -1042,12 +1043,16 @@ static long pending_slot(const char* p) {
   return -1;
 }
 
+static uintptr_t race_site_pc(const char* file, int line, int kind);
+static void race_log(int t, uintptr_t site, const void* p, unsigned size, int write);
+
 static void finish_copies(Fiber* f, uint32_t before_group) {
   int k = 0;
   for (int i = 0; i < f->cp_n; ++i) {
     AsyncCopy* c = &f->cp[i];
     if (c->group < before_group) {
       memcpy(c->dst, c->data, c->size);
+      race_log(f->linear, c->site, c->dst, c->size, 1);   // the copy lands: the issuing thread writes
       long s = pending_slot(c->dst);
       if (s >= 0 && pending[s]) --pending[s];
     } else {
@@ -1108,6 +1113,8 @@ extern "C" HIDDEN void __cudaemu_cp_async(uint64_t dst, const void* src, int siz
   c.file = file;
   c.line = line;
   c.size = (uint32_t)size;
+  c.site = race_site_pc(file, line, 'c');
+  race_log(cur->linear, c.site, d, (unsigned)size, 1);   // in flight from its issue: written
   Fiber* f = cur;
   c.group = f->cp_groups;
   if (f->cp_n == f->cp_cap) {

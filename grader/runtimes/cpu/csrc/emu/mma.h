@@ -83,7 +83,9 @@ static inline void ldmatrix_complete(void* const* lanes, int param, const char* 
     for (int j = 0; j < 8; ++j) {
       rows[i][j] = ((const ldmatrix_lane*)lanes[8 * i + j])->row;
       __cudaemu_check_async_pending(rows[i][j], 16, "ldmatrix", file, line);
+      __cudaemu_race_read(8 * i + j, rows[i][j], 16, file, line);   // lane 8i + j reads its row
     }
+  __cudaemu_collective_copy(1);   // the copying below is one lane's, on every lane's behalf
   for (int l = 0; l < 32; ++l) {
     ldmatrix_lane* me = (ldmatrix_lane*)lanes[l];
     const int a = l / 4, b = 2 * (l % 4);
@@ -99,6 +101,7 @@ static inline void ldmatrix_complete(void* const* lanes, int param, const char* 
       me->r[i] = (unsigned)lo | ((unsigned)hi << 16);
     }
   }
+  __cudaemu_collective_copy(0);
 }
 
 // `shared`: the address is in the .shared window (ldmatrix...shared.b16), else generic.
