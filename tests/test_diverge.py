@@ -567,3 +567,17 @@ def test_a_kernel_the_students_file_launches_is_never_called_a_library(tmp_path)
     case = first_failure(f, "contexts_0_1_2_5", ex)
     said = json.dumps(case)
     assert "first divergence" in said and "library" not in said, said
+
+
+def test_a_difference_that_untraced_writes_may_explain_is_not_blamed_on_the_host():
+    """Blind batch 42's 14 (dQ's part stored unswizzled into shared memory, then reduced into dq_acc
+    by a bulk copy the trace does not record): convert_dq is handed other dq_acc values, but the host
+    code is not the only place they can come from."""
+    from pathlib import Path
+    ex = catalogue.resolve("14_backward_hopper")
+    f = Path(__file__).parent / "blind" / "14_backward_hopper" / "dq_part_unswizzled_b42.py"
+    case = first_failure(f, "tiny", ex)
+    said = (case.get("shrunk") or {}).get("divergence") or case["divergence"] or ""
+    assert "(convert_dq)" in said and "is handed other values" in said, said
+    assert "comes from the host code" not in said
+    assert "may come from such a write in an earlier launch, or from the host code" in said

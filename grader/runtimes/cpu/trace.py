@@ -47,6 +47,16 @@ class LaunchTrace:
     calls: dict = None             # where -> the student's line that called the inlined function holding it
     initial: dict = None           # array slot -> its contents when the launch began (the arrays it reads)
     rank: int = None               # the rank whose thread launched it (module 12's stand-in), or None
+    # Its module writes global memory in ways the trace does not record (atomics, bulk or TMA copies and
+    # reductions from shared to global memory): a difference may then arise without a traced store.
+    untraced_writes: bool = False
+
+
+# Global writes the trace does not see: atomics, and the runtime's bulk/TMA copies and reductions to
+# global memory (searched in the module's source, inline PTX strings included; a comment that names
+# one only makes the message more careful).
+_UNTRACED_WRITE = re.compile(r"\batomic\w*\s*\(|\bcp\.reduce\.|\bred\.|\bcp\.async\.bulk(?:\.tensor\.\w+)?\.global\.shared|"
+                             r"\bst\.async\b")
 
 
 def _remember(student: str, source: str) -> None:
@@ -124,9 +134,11 @@ def take(kernel, lib, args, arg_slot, grid, block, views=None, initial=None) -> 
     read = {int(x) for x in np.unique(recs["arg"][recs["write"] == 0]) if x >= 0}
     start = {slot: initial[slot] for slot in read} if initial is not None else {}
     arrays = arrays + _tma_slots(recs, len(arrays), kernel, args)
+    source = getattr(kernel._module, "source", "") or ""
     return LaunchTrace(kernel.name, tuple(grid), tuple(block), arrays, recs, lines,
                        bool(lib.cudaemu_trace_cut()), snaps, data, student, final, python_stack(),
-                       tuple(p.name for p in kernel.params if "TensorMap" in p.ctype), calls, start)
+                       tuple(p.name for p in kernel.params if "TensorMap" in p.ctype), calls, start,
+                       untraced_writes=bool(_UNTRACED_WRITE.search(source)))
 
 
 def _tma_slots(recs: np.ndarray, first: int, kernel, args) -> list:
@@ -575,14 +587,21 @@ def _first_input_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) 
             e, first = int(elems[k]), reads[by[k]]
             which = f"launch {i + 1} ({a.kernel})" if len(mine) > 1 or len(theirs) > 1 else a.kernel
             site = launch_site(a)
-            earlier = "every launch before it reads, writes and stores what the finished version's do, so" if i else "so"
+            if any(m.untraced_writes for m in mine[:i]):   # an earlier launch may write where the trace does not look
+                why = (f"Every launch before it reads, writes and stores what the finished version's do, as far "
+                       f"as the trace sees; but the kernels' source also writes global memory in ways the trace "
+                       f"does not record (atomics, or bulk or TMA copies and reductions from shared memory), so "
+                       f"the difference may come from such a write in an earlier launch, or from the host code "
+                       f"that fills or passes {name}.")
+            else:
+                earlier = "every launch before it reads, writes and stores what the finished version's do, so" if i else "so"
+                why = (f"{earlier[0].upper()}{earlier[1:]} the difference comes from the host code that fills or "
+                       f"passes {name}: its initial value, or which buffer is handed in.")
             return (f"first divergence from the finished version, traced on the emulator: {which}"
                     f"{f', launched at {site},' if site else ''} is handed other values than the finished "
                     f"version's: before it runs, {describe(name, shape, np.array([e]))} holds {_val(x.ravel()[e])} "
                     f"where the finished version's holds {_val(y.ravel()[e])}, and block "
-                    f"{_block_coords(int(first['block']), a.grid)} reads it at {_where(a, first['where'])}. "
-                    f"{earlier[0].upper()}{earlier[1:]} the difference comes from the host code that fills or "
-                    f"passes {name}: its initial value, or which buffer is handed in.")
+                    f"{_block_coords(int(first['block']), a.grid)} reads it at {_where(a, first['where'])}. {why}")
     return None
 
 
