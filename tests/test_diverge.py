@@ -581,3 +581,15 @@ def test_a_difference_that_untraced_writes_may_explain_is_not_blamed_on_the_host
     assert "(convert_dq)" in said and "is handed other values" in said, said
     assert "comes from the host code" not in said
     assert "may come from such a write in an earlier launch, or from the host code" in said
+
+
+def test_a_library_kernel_that_parts_names_the_students_call_that_ran_it():
+    """Blind batch 43's 12: the ring's backward passes the global causal flag to module 11's local
+    backward instead of `kind == DIAGONAL`. The first divergence is inside the library's kernel; the
+    student's part is the call, so the divergence names the line of that call."""
+    from pathlib import Path
+    ex = catalogue.resolve("12_ring_attention")
+    f = Path(__file__).parent / "blind" / "12_ring_attention" / "backward_causal_flag_passthrough_b43.py"
+    case = first_failure(f, "training_step_causal_three_ranks_remainder", ex)
+    said = (case.get("shrunk") or {}).get("divergence") or case["divergence"] or ""
+    assert "(flash_backward_tc<64>), run by the call at line 339 `dq_p, dk_p, dv_p = ring.attn.backward(" in said, said

@@ -292,6 +292,15 @@ def _launcher_file(a: "LaunchTrace") -> str:
     return ""
 
 
+def _which(i: int, a: "LaunchTrace", numbered: bool) -> str:
+    """'launch i (kernel)' (or the kernel's name where there is one launch); for a kernel that a library
+    launched on the student's behalf (module 12 calls module 11's), also the student's line that called
+    it: there the student's part is the call and its arguments, not the kernel."""
+    which = f"launch {i} ({a.kernel})" if numbered else a.kernel
+    site = launch_site(a) if _launcher_file(a) else ""
+    return f"{which}, run by the call at {site}" if site else which
+
+
 def _where(a: "LaunchTrace", w: int) -> str:
     """'line N `text`' of an access, with the line that called the function holding it, where the
     inline chain gives one (else the call sites the source shows, helper_calls)."""
@@ -352,7 +361,7 @@ def _first_step(ra: np.ndarray, rb: np.ndarray, itemsize: int, partial: bool = F
 
 def _first_step_only(mine: list[LaunchTrace], theirs: list[LaunchTrace]) -> str | None:
     for i, (a, b) in enumerate(zip(mine, theirs), 1):
-        which = f"launch {i} ({a.kernel})" if len(mine) > 1 or len(theirs) > 1 else a.kernel
+        which = _which(i, a, len(mine) > 1 or len(theirs) > 1)
         if a.grid != b.grid or a.block != b.block or [x[1:] for x in a.arrays] != [x[1:] for x in b.arrays]:
             return None
         for write, verb in ((0, "reads"), (1, "writes")):
@@ -383,7 +392,7 @@ def _first_shared_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace],
     """The first __syncthreads at which a block's shared memory holds other values than the finished
     version's same block at its same barrier, and the last store into the first differing word."""
     for i, (a, b) in enumerate(zip(mine, theirs), 1):
-        which = f"launch {i} ({a.kernel})" if len(mine) > 1 or len(theirs) > 1 else a.kernel
+        which = _which(i, a, len(mine) > 1 or len(theirs) > 1)
         if a.snaps is None or b.snaps is None or not len(a.snaps) or a.cut or b.cut:
             continue
         if a.grid != b.grid or a.block != b.block:
@@ -503,7 +512,7 @@ def _first_value_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace],
     the store that wrote it, and the barrier before it (the values part in registers after it, or in
     registers carried across it)."""
     for i, (a, b) in enumerate(zip(mine, theirs), 1):
-        which = f"launch {i} ({a.kernel})" if len(mine) > 1 or len(theirs) > 1 else a.kernel
+        which = _which(i, a, len(mine) > 1 or len(theirs) > 1)
         if not a.final or not b.final or a.grid != b.grid or a.block != b.block:
             continue
         for slot, slot_b in _slot_pairs(a, b):
@@ -610,7 +619,7 @@ def written_by_two_blocks(mine: list[LaunchTrace]) -> str | None:
     on the order in which blocks run), with both blocks and their lines; None where every element has
     one writer (atomics are not traced as stores, so they never count)."""
     for i, a in enumerate(mine, 1):
-        which = f"launch {i} ({a.kernel})" if len(mine) > 1 else a.kernel
+        which = _which(i, a, len(mine) > 1)
         w = a.records[a.records["write"] == 1]
         for slot, (name, shape, itemsize) in enumerate(a.arrays):
             r = w[w["arg"] == slot]
@@ -670,9 +679,10 @@ def _first_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace], partia
     if partial:
         return _first_step_only(mine, theirs)
     for i, (a, b) in enumerate(zip(mine, theirs), 1):
-        which = f"launch {i} ({a.kernel})" if len(mine) > 1 or len(theirs) > 1 else a.kernel
+        which = _which(i, a, len(mine) > 1 or len(theirs) > 1)
         if a.grid != b.grid or a.block != b.block:
-            at = f", launched at {launch_site(a)}," if launch_site(a) else ""
+            site, by_library = launch_site(a), bool(_launcher_file(a))
+            at = "," if site and by_library else (f", launched at {site}," if site else "")
             return (f"{which}{at} runs grid {a.grid} with blocks {a.block}, where the finished version's "
                     f"runs grid {b.grid} with blocks {b.block}: its blocks cannot be compared one by one.")
         if a.cut or b.cut:
