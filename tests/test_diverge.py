@@ -592,4 +592,4 @@ def test_a_library_kernel_that_parts_names_the_students_call_that_ran_it():
     f = Path(__file__).parent / "blind" / "12_ring_attention" / "backward_causal_flag_passthrough_b43.py"
     case = first_failure(f, "training_step_causal_three_ranks_remainder", ex)
     said = (case.get("shrunk") or {}).get("divergence") or case["divergence"] or ""
-    assert "(flash_backward_tc<64>), run by the call at line 339 `dq_p, dk_p, dv_p = ring.attn.backward(" in said, said
+    assert "(flash_backward_tc<64>), launched at line 339 `dq_p, dk_p, dv_p = ring.attn.backward(" in said, said

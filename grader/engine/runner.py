@@ -513,8 +513,7 @@ def trim_lens(params: dict) -> dict:
     return out
 
 
-CONTRASTS = {True: False}       # a flag the failing shape has on, tried off (causal, backward, ...)
-CONTRAST_ZERO = ("masked",)     # a share the failing shape has, tried at 0
+CONTRAST_ZERO = ("masked",)     # a share the failing shape has, tried at 0 (a flag that is on: off)
 
 
 def contrast_candidates(params: dict, task) -> list[dict]:
@@ -522,8 +521,8 @@ def contrast_candidates(params: dict, task) -> list[dict]:
     Not smaller, so never taken as the new shape; run only to say what the failure needs."""
     out = []
     for key, v in params.items():
-        if isinstance(v, bool) and v in CONTRASTS:
-            cand = dict(params, **{key: CONTRASTS[v]})
+        if v is True:                   # causal, backward, ...
+            cand = dict(params, **{key: False})
         elif key in CONTRAST_ZERO and isinstance(v, (int, float)) and not isinstance(v, bool) and v:
             cand = dict(params, **{key: 0})
         else:
@@ -534,9 +533,14 @@ def contrast_candidates(params: dict, task) -> list[dict]:
     return out
 
 
+def changed_key(params: dict, cand: dict) -> str:
+    """The key a one-change neighbour changed: the first that differs (B, not the lens it trims)."""
+    return next(k for k in cand if cand[k] != params.get(k))
+
+
 def one_change(params: dict, cand: dict) -> str:
-    """'Nk=64 (not 65)': the key cand changed (the first that differs: B, not the lens it trims)."""
-    k = next(k for k in cand if cand[k] != params.get(k))
+    """'Nk=64 (not 65)'."""
+    k = changed_key(params, cand)
     return f"{k}={cand[k]} (not {params[k]})"
 
 
@@ -590,7 +594,7 @@ def clean_passes(params: dict, failed: CaseResult, tried: list) -> list[dict]:
     for cand, r in tried:
         if not r.passed or (np.isfinite(bad) and (r.rel_err is None or r.rel_err > bad / 100)):
             continue
-        key = next(k for k in cand if cand[k] != params.get(k))
+        key = changed_key(params, cand)
         old = nearest.get(key)
         if old is None or abs(_as_number(cand[key]) - _as_number(params[key])) < \
                 abs(_as_number(old[key]) - _as_number(params[key])):

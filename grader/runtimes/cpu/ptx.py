@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import struct
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -433,8 +432,6 @@ def _parse_value(ctx: _Ctx, tok: str):
     m = re.fullmatch(r"0[fF]([0-9a-fA-F]{8})", tok)
     if m:
         return ("imm", int(m.group(1), 16))
-    if re.fullmatch(r"-?\d+\.\d*(?:[eE][-+]?\d+)?", tok):     # 1.0: a float32 immediate, as its bits
-        return ("imm", struct.unpack("<I", struct.pack("<f", float(tok)))[0])
     if tok == "%laneid":
         return ("laneid",)
     m = re.fullmatch(r"[A-Za-z_$][\w$]*", tok)

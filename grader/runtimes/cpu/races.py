@@ -27,6 +27,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -34,8 +35,6 @@ from ..base import KernelFault, line_text
 from .abi import DlInfo, libc, set_arrays
 from .build import strip_code
 from .faults import _block_coords
-from types import SimpleNamespace
-
 from .symbols import addr2line, callers, student_line
 
 

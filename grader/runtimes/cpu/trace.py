@@ -292,13 +292,14 @@ def _launcher_file(a: "LaunchTrace") -> str:
     return ""
 
 
-def _which(i: int, a: "LaunchTrace", numbered: bool) -> str:
-    """'launch i (kernel)' (or the kernel's name where there is one launch); for a kernel that a library
-    launched on the student's behalf (module 12 calls module 11's), also the student's line that called
-    it: there the student's part is the call and its arguments, not the kernel."""
+def _which(i: int, a: "LaunchTrace", numbered: bool, site: bool = False) -> str:
+    """'launch i (kernel)' (or the kernel's name where there is one launch), with ', launched at' the
+    student's line where `site` asks for it, and always for a kernel that a library launched on the
+    student's behalf (module 12 calls module 11's): there the student's part is the call and its
+    arguments, not the kernel's lines."""
     which = f"launch {i} ({a.kernel})" if numbered else a.kernel
-    site = launch_site(a) if _launcher_file(a) else ""
-    return f"{which}, run by the call at {site}" if site else which
+    where = launch_site(a) if site or _launcher_file(a) else ""
+    return f"{which}, launched at {where}" if where else which
 
 
 def _where(a: "LaunchTrace", w: int) -> str:
@@ -594,8 +595,7 @@ def _first_input_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) 
                 return None         # an earlier launch parts first: the caller reports that one
             k = int(np.flatnonzero(bad)[0])
             e, first = int(elems[k]), reads[by[k]]
-            which = f"launch {i + 1} ({a.kernel})" if len(mine) > 1 or len(theirs) > 1 else a.kernel
-            site = launch_site(a)
+            which = _which(i + 1, a, len(mine) > 1 or len(theirs) > 1, site=True)
             if any(m.untraced_writes for m in mine[:i]):   # an earlier launch may write where the trace does not look
                 why = (f"Every launch before it reads, writes and stores what the finished version's do, as far "
                        f"as the trace sees; but the kernels' source also writes global memory in ways the trace "
@@ -606,8 +606,8 @@ def _first_input_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace]) 
                 earlier = "every launch before it reads, writes and stores what the finished version's do, so" if i else "so"
                 why = (f"{earlier[0].upper()}{earlier[1:]} the difference comes from the host code that fills or "
                        f"passes {name}: its initial value, or which buffer is handed in.")
-            return (f"first divergence from the finished version, traced on the emulator: {which}"
-                    f"{f', launched at {site},' if site else ''} is handed other values than the finished "
+            return (f"first divergence from the finished version, traced on the emulator: {which}: it is "
+                    f"handed other values than the finished "
                     f"version's: before it runs, {describe(name, shape, np.array([e]))} holds {_val(x.ravel()[e])} "
                     f"where the finished version's holds {_val(y.ravel()[e])}, and block "
                     f"{_block_coords(int(first['block']), a.grid)} reads it at {_where(a, first['where'])}. {why}")
@@ -681,9 +681,8 @@ def _first_divergence(mine: list[LaunchTrace], theirs: list[LaunchTrace], partia
     for i, (a, b) in enumerate(zip(mine, theirs), 1):
         which = _which(i, a, len(mine) > 1 or len(theirs) > 1)
         if a.grid != b.grid or a.block != b.block:
-            site, by_library = launch_site(a), bool(_launcher_file(a))
-            at = "," if site and by_library else (f", launched at {site}," if site else "")
-            return (f"{which}{at} runs grid {a.grid} with blocks {a.block}, where the finished version's "
+            return (f"{_which(i, a, len(mine) > 1 or len(theirs) > 1, site=True)}: it runs grid {a.grid} with "
+                    f"blocks {a.block}, where the finished version's "
                     f"runs grid {b.grid} with blocks {b.block}: its blocks cannot be compared one by one.")
         if a.cut or b.cut:
             return None
