@@ -154,3 +154,19 @@ def test_more_ranks_than_gpus_is_a_case_not_run(monkeypatch):
         pytest.skip("this machine has 8 GPUs")
     with pytest.raises(CaseNotRunnable, match="one per GPU"):
         ranks.run_on_gpus(8, lambda: None, [{}] * 8, __file__)
+
+
+def test_gpu_ranks_that_go_silent_are_a_timeout_for_the_emulator_to_decide(rt):
+    """On GPUs, ranks silent for STALL_S prove no deadlock: the case is a timeout, not an error, so that the
+    GPU check replays it on the CPU stand-in (engine/check.py, cpu_replay), which names the waiting calls."""
+    from grader import catalogue, paths
+    from grader.engine.runner import run_case
+    from grader.tasks import load_task
+    ex = catalogue.resolve("12_ring_attention")
+    case = next(c for c in load_task(ex).CASES if c.name == "two_ranks")
+
+    def silent(*args, **kwargs):
+        raise ranks.RankStall("ranks 0, 1 did not finish: nothing happened for 4 s. rank 0's NCCL calls: "
+                              "comm.recv from rank 1")
+    res = run_case(ex, case, silent, rt, 1, paths.solution_file(ex.id))
+    assert res.kind == "timeout" and res.message.startswith("ranks 0, 1 did not finish"), res

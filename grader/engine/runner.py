@@ -17,6 +17,7 @@ import numpy as np
 from ..catalogue import Exercise
 from ..errors import CaseNotRunnable, CompileError, GraderError, KernelFault, LaunchError
 from ..runtimes.provenance import Ledger
+from ..runtimes.ranks import RankStall
 from ..runtimes.base import is_poison, register_origin
 from ..spec import Case
 from ..tasks import load_task
@@ -354,6 +355,9 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
         rt.synchronize()
     except CompileError as e:
         res.kind, res.message = "compile_error", compile_error_message(e)
+        return res
+    except RankStall as e:               # GPU ranks that went silent: a time limit, which the emulator decides
+        res.kind, res.message = "timeout", cited(str(e), path)
         return res
     except (LaunchError, KernelFault) as e:
         message = launch_site(str(e), e, path) if isinstance(e, LaunchError) else str(e)
