@@ -467,7 +467,10 @@ extern "C" __global__ void decode_combine(const float* __restrict__ o_part, cons
 # 4 warps × 16 keys: 96 KB of ring, so two blocks share an SM, 4 stages in flight per SM; on an H200
 # (scripts/tune_decode_tc.py, 2026-11-28) it beat 2 and 4 stages (3 and 1 blocks per SM), 2 or 3 warps,
 # 8 warps and 32 keys per warp, at batch 1 (128k) and batch 64 (8k), all with the block's stages then
-# shared by its warps (not re-tuned since each warp runs its own pipeline). Combine warps: four instead of one took batch 1, 32k from 52 to 47 µs of device
+# shared by its warps. With each warp running its own pipeline (H200, 2026-11-29, one run), it still beat
+# 2 warps × 4 stages (3 blocks per SM), 3 warps × 4 stages, 2 warps × 6 stages and 2 warps × 32 keys on
+# all five shapes timed (by 0.2% to 48% of its time); and BLOCKS_PER_SM 1, 3 or 4 at batch 1.
+# Combine warps: four instead of one took batch 1, 32k from 52 to 47 µs of device
 # time (H200, 2026-11-28); eight instead of four, 47 to 46 µs there and 141 to 139 µs at 128k (H200,
 # 2026-11-29, one run).
 CONFIG = dict(WARPS=4, TILE_KEYS=16, STAGES=3, COMBINE_WARPS=8)
