@@ -523,6 +523,30 @@ def test_a_gpu_pass_is_confirmed_on_every_case_it_ran(monkeypatch, tmp_path):
     assert note.startswith(f"confirmed on the CPU emulator on every case the GPU ran ({len(cases)}")
 
 
+def test_a_gpu_failure_takes_an_earlier_case_that_only_the_emulator_fails(monkeypatch, tmp_path):
+    """One verdict everywhere: blind batch 42's 00 (an in-place softmax race) passed its one-row case on a
+    GPU, whose lockstep warp hid the race, and failed a later one; the emulator fails the one-row case.
+    The GPU's check then fails that case too, with the emulator's report: the CPU's first failing case."""
+    from grader.engine import check
+    from grader.engine.runner import CaseResult
+    from grader.runtimes.cpu import build
+    from grader.tasks import load_task
+    ex = catalogue.resolve("00")
+    first, second = load_task(ex).CASES[:2]
+    ordered = [CaseResult(first.name, True, params=dict(first.params)),
+               CaseResult(second.name, False, params=dict(second.params), message="o: relative error 0.5")]
+
+    def fake_run_check(ex_, path, backend, seed, cases=None, **kw):
+        return {"cases": [CaseResult(n, False, message=f"o: wrong in {n}").to_json() for n in cases], "error": None}
+    monkeypatch.setattr(check, "run_check", fake_run_check)
+    monkeypatch.setattr(build, "find_compiler", lambda: "c++")
+    note = check.confirm_on_emulator(ex, tmp_path / "k.py", 7, ordered, None, None)
+    assert not ordered[0].passed and ordered[0].kind == "checked"
+    assert ordered[0].message.startswith("passes on the GPU, and fails on the CPU emulator with the same inputs")
+    assert f"o: wrong in {first.name}" in ordered[0].message
+    assert note.startswith(f"case {first.name} passed on the GPU and fails on the CPU emulator"), note
+
+
 def test_a_refused_launch_names_the_line_that_launched_it(tmp_path):
     """A scalar of the wrong type (blind batch 40: the scale passed as rt.int32) is refused before the
     kernel runs; the message names the student's launch, on either backend (check_args is shared)."""

@@ -448,11 +448,13 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
     if emulated:
         return emulated
     unrun_names = {r.name for r in unrun}
-    # On a GPU pass, any case the emulator fails (wrong numbers too); on a GPU failure, a fault (the
-    # failure is the GPU's). What the emulator could not run says nothing of the kernel.
-    kinds = ("error", "crash", "timeout") + (("checked",) if failing is None else ())
+    # Any case the GPU passed and the emulator fails (wrong numbers too: a race that a GPU's lockstep
+    # warp hid on a small case, blind batch 42's 00), so that the first failing case is the CPU's; on a
+    # GPU failure, a fault in a later case too (the failure itself is the GPU's). What the emulator
+    # could not run says nothing of the kernel.
+    gpu_passed = {r.name for r in ordered if r.passed}
     fault = next((c for c in report["cases"] if not c["passed"] and c["name"] not in unrun_names
-                  and c["kind"] in kinds), None)
+                  and (c["kind"] in ("error", "crash", "timeout") or c["name"] in gpu_passed)), None)
     if fault is None and failing is not None:
         return _named_on_emulator(ordered[failing], report, seed)
     if fault is None:
@@ -471,7 +473,7 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
     r.passed, r.kind, r.cause = False, fault["kind"], None
     lines = "\n".join("  " + line for line in fault["message"].splitlines())
     if fault["kind"] == "checked":
-        # Wrong numbers (a GPU pass only) from the same inputs: what differs is observed, not guessed.
+        # Wrong numbers, in a case the GPU passed, from the same inputs: what differs is observed, not guessed.
         r.cause, r.divergence, r.shrunk = fault.get("cause"), fault.get("divergence"), fault.get("shrunk")
         r.observations = fault.get("observations") or []
         r.message = (f"passes on the GPU, and fails on the CPU emulator with the same inputs (seed {seed}), which "
