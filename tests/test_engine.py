@@ -547,6 +547,54 @@ def test_a_gpu_failure_takes_an_earlier_case_that_only_the_emulator_fails(monkey
     assert note.startswith(f"case {first.name} passed on the GPU and fails on the CPU emulator"), note
 
 
+def test_a_gpu_failure_puts_the_cases_it_could_not_run_in_place_from_the_emulator(monkeypatch, tmp_path):
+    """One verdict everywhere: blind batch 44's 12 failed a three-rank case first on the CPU; two GPUs cannot
+    run it, and failed a later case. On a GPU failure too the emulator plays the cases the machine could
+    not run, and its verdict on them is the check's, in their place."""
+    from grader.engine import check
+    from grader.engine.runner import NOT_RUN_HERE, CaseResult
+    from grader.runtimes.cpu import build
+    from grader.tasks import load_task
+    ex = catalogue.resolve("12")
+    three, later = (next(c for c in load_task(ex).CASES if c.params["P"] == 3),
+                    next(c for c in load_task(ex).CASES if c.params["P"] == 2))
+    ordered = [CaseResult(three.name, False, params=dict(three.params), kind="not_run",
+                          message=NOT_RUN_HERE + "this case runs 3 ranks"),
+               CaseResult(later.name, False, params=dict(later.params), message="dk: relative error 0.9")]
+    asked = {}
+
+    def fake_run_check(ex_, path, backend, seed, cases=None, **kw):
+        asked["cases"] = cases
+        return {"cases": [CaseResult(n, False, message=f"dk: wrong in {n}").to_json() for n in cases], "error": None}
+    monkeypatch.setattr(check, "run_check", fake_run_check)
+    monkeypatch.setattr(build, "find_compiler", lambda: "c++")
+    check.confirm_on_emulator(ex, tmp_path / "k.py", 7, ordered, None, None)
+    assert set(asked["cases"]) == {three.name, later.name}
+    assert not ordered[0].passed and ordered[0].kind == "checked", ordered[0]
+    assert ordered[0].message.startswith("run on the CPU emulator, which plays every rank")
+    assert f"dk: wrong in {three.name}" in ordered[0].message
+
+
+def test_a_gpu_crash_is_replayed_on_the_emulator_as_the_cpus_check_runs_it(monkeypatch, tmp_path):
+    """Blind batch 44's 05 crashed on a GPU and gave wrong numbers on the emulator, whose first divergence
+    names the line only when the failure is shrunk and traced: the replay of a crash is, as the CPU's
+    check is (a timeout's already was)."""
+    from grader.engine import check
+    from grader.engine.runner import CaseResult
+    from grader.runtimes.cpu import build
+    ex = catalogue.resolve("05")
+    asked = {}
+
+    def fake_run_check(ex_, path, backend, seed, cases=None, **kw):
+        asked.update(kw, backend=backend)
+        return {"cases": [CaseResult(cases[0], False, message="o: wrong\nobserved: first divergence at line 161").to_json()]}
+    monkeypatch.setattr(check, "run_check", fake_run_check)
+    monkeypatch.setattr(build, "find_compiler", lambda: "c++")
+    said = check.cpu_replay(ex, tmp_path / "k.py", 7, CaseResult("pages_in_order", False, kind="crash"), None)
+    assert asked["backend"] == "cpu" and asked["shrink"] is True, asked
+    assert said.startswith("\nThe same case on the CPU emulator (seed 7):") and "line 161" in said, said
+
+
 def test_a_refused_launch_names_the_line_that_launched_it(tmp_path):
     """A scalar of the wrong type (blind batch 40: the scale passed as rt.int32) is refused before the
     kernel runs; the message names the student's launch, on either backend (check_args is shared)."""

@@ -431,10 +431,12 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
     # plays every rank, and its verdict on them is the check's (a race between a rank's streams, that
     # one GPU never showed, passed otherwise).
     unrun = [r for r in ordered if r.kind == "not_run" and r.message.startswith(NOT_RUN_HERE)]
-    # Every case the GPU ran (and, on a pass, those it could not): a bug the emulator sees in any of
-    # them fails the check as it does on the CPU, and a cause is settled on all the failing ones, as
-    # the CPU's check does (never one that fewer cases leave unrefuted).
-    names = [r.name for r in ordered if r.kind != "not_run"] + ([r.name for r in unrun] if failing is None else [])
+    # Every case the GPU ran and those it could not: a bug the emulator sees in any of them fails the
+    # check as it does on the CPU, and a cause is settled on all the failing ones, as the CPU's check
+    # does (never one that fewer cases leave unrefuted). On a GPU failure too, the cases it could not
+    # run take the emulator's verdict, so that the first failing case is the CPU's (blind batch 44's 12
+    # first failed a three-rank case on the CPU, which two GPUs cannot run).
+    names = [r.name for r in ordered if r.kind != "not_run"] + [r.name for r in unrun]
     names = None if shape else names
     try:
         # A failure is shrunk there too: its first divergence is traced on the smallest failing shape
@@ -444,8 +446,8 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
         return f"{unchecked}: the emulator could not run it ({e})."
     if report.get("error"):
         return f"{unchecked}: the emulator could not run it ({report['error'].splitlines()[0]})."
-    emulated = _emulated_here(unrun, report) if failing is None else None
-    if emulated:
+    emulated = _emulated_here(unrun, report)
+    if emulated and failing is None:
         return emulated
     unrun_names = {r.name for r in unrun}
     # Any case the GPU passed and the emulator fails (wrong numbers too: a race that a GPU's lockstep
@@ -456,7 +458,7 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
     fault = next((c for c in report["cases"] if not c["passed"] and c["name"] not in unrun_names
                   and (c["kind"] in ("error", "crash", "timeout") or c["name"] in gpu_passed)), None)
     if fault is None and failing is not None:
-        return _named_on_emulator(ordered[failing], report, seed)
+        return _named_on_emulator(ordered[failing], report, seed) or emulated
     if fault is None:
         shown = len([c for c in report["cases"] if c["passed"] and c["name"] not in unrun_names])
         also = f", with the {len(unrun)} this machine has too few GPUs for" if unrun else ""
@@ -568,8 +570,10 @@ def cpu_replay(ex: Exercise, path: Path, seed: int, crashed: CaseResult, shape: 
         return ("\nNo C++ compiler here, so the emulator cannot replay it; on a machine with one, "
                 f"`grader check {ex.id} --backend cpu --seed {seed}` names the line and the array.")
     try:
+        # Shrunk and traced as the CPU's check does (blind batch 44's 05: a crash on the GPU, wrong numbers
+        # there, whose first divergence names the line only when traced).
         report = run_check(ex, path, "cpu", seed, cases=None if shape else [crashed.name], shape=shape,
-                           shrink=crashed.kind == "timeout", confirm=False)
+                           shrink=True, confirm=False)
     except GraderError as e:
         return f"\n(The CPU emulator could not replay it: {e})"
     replay = next((c for c in report["cases"] if c["name"] == crashed.name), None)
