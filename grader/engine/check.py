@@ -563,12 +563,14 @@ def add_divergence(ordered: list[CaseResult], ev: dict | None) -> None:
 
 
 def cpu_replay(ex: Exercise, path: Path, seed: int, crashed: CaseResult, shape: dict | None) -> str:
-    """A case that crashed the GPU, run again at once on the CPU emulator (same inputs), whose fault
-    report names the line, the array, the index and the thread. Empty without a host C++ compiler."""
+    """A case that crashed the GPU or ran past its limit there (ranks gone silent included), run again at
+    once on the CPU emulator with the same inputs: a fault's report names the line, the array, the index
+    and the thread, a hang's the waiting threads or ranks. Without a host C++ compiler, says how to."""
     from ..runtimes.cpu.build import find_compiler
     if find_compiler() is None:
         return ("\nNo C++ compiler here, so the emulator cannot replay it; on a machine with one, "
-                f"`grader check {ex.id} --backend cpu --seed {seed}` names the line and the array.")
+                f"`grader check {ex.id} --backend cpu --seed {seed}` runs the same case and names what it finds there, "
+                "with its line (a fault's array and index, a hang's waiting threads or ranks).")
     try:
         # Shrunk and traced as the CPU's check does (blind batch 44's 05: a crash on the GPU, wrong numbers
         # there, whose first divergence names the line only when traced).
