@@ -595,6 +595,37 @@ def test_a_gpu_crash_is_replayed_on_the_emulator_as_the_cpus_check_runs_it(monke
     assert said.startswith("\nThe same case on the CPU emulator (seed 7):") and "line 161" in said, said
 
 
+def test_a_gpu_cause_is_settled_again_with_the_cases_only_the_emulator_ran(monkeypatch, tmp_path):
+    """Blind batch 45's 12 on two GPUs: every two-rank case reproduced ring:pairs, which two four-rank cases
+    (failing on the CPU) did not, so the CPU stated no cause and the GPU stated it. The cases the GPU
+    could not run now take part in settling the GPU's cause too; what followed the cause's line stays."""
+    from grader.engine import check
+    from grader.engine.runner import NOT_RUN_HERE, CaseResult
+    from grader.engine.verdict import settle
+    from grader.runtimes.cpu import build
+    from grader.tasks import load_task
+    ex = catalogue.resolve("12")
+    two, four = (next(c for c in load_task(ex).CASES if c.params["P"] == p and c.params["causal"]) for p in (2, 4))
+    pairs = [["ring:pairs", "the ring combined the wrong blocks"]]
+    ordered = [CaseResult(two.name, False, params=dict(two.params), message="o: relative error 1.2",
+                          candidates=pairs),
+               CaseResult(four.name, False, params=dict(four.params), kind="not_run",
+                          message=NOT_RUN_HERE + "this case runs 4 ranks")]
+    settle(ordered)
+    ordered[0].message += "\nobserved: first divergence at line 66"
+    assert ordered[0].cause == "ring:pairs"
+
+    def fake_run_check(ex_, path, backend, seed, cases=None, **kw):
+        return {"cases": [CaseResult(two.name, False, message="o: wrong", candidates=pairs).to_json(),
+                          CaseResult(four.name, False, message="o: wrong too").to_json()], "error": None}
+    monkeypatch.setattr(check, "run_check", fake_run_check)
+    monkeypatch.setattr(build, "find_compiler", lambda: "c++")
+    check.confirm_on_emulator(ex, tmp_path / "k.py", 7, ordered, None, None)
+    assert ordered[0].cause is None and "likely cause" not in ordered[0].message, ordered[0].message
+    assert "\nobserved: first divergence at line 66\n" in ordered[0].message
+    assert not ordered[1].passed and ordered[1].kind == "checked"
+
+
 def test_a_refused_launch_names_the_line_that_launched_it(tmp_path):
     """A scalar of the wrong type (blind batch 40: the scale passed as rt.int32) is refused before the
     kernel runs; the message names the student's launch, on either backend (check_args is shared)."""

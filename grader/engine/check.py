@@ -420,17 +420,20 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
     added (`_named_on_emulator`). Returns the check's note (None: nothing to say)."""
     from ..runtimes.cpu.build import find_compiler
     failing = next((i for i, r in enumerate(ordered) if not r.passed and r.kind != "not_run"), None)
-    if failing is not None and (ordered[failing].cause or ordered[failing].kind != "checked"):
-        return None                       # a reproduced cause, or a GPU fault: the GPU's verdict stands
+    # The cases this machine could not run (module 12's, of more ranks than it has GPUs): the emulator
+    # plays every rank, and its verdict on them is the check's (a race between a rank's streams, that
+    # one GPU never showed, passed otherwise).
+    unrun = [r for r in ordered if r.kind == "not_run" and r.message.startswith(NOT_RUN_HERE)]
+
+    def stands() -> bool:                 # a reproduced cause, or a GPU fault: the GPU's verdict stands
+        return failing is not None and bool(ordered[failing].cause or ordered[failing].kind != "checked")
+    if stands() and not unrun:
+        return None
     unchecked = ("a GPU runs a data race or an out-of-bounds read inside mapped memory without complaint, "
                  "and this verdict was not confirmed on the emulator")
     if find_compiler() is None:
         return (f"{unchecked}: it needs a C++ compiler, which this machine lacks. `grader check {ex.id} "
                 "--backend cpu` on a machine with one, or `--sanitize` (compute-sanitizer) here, checks that.")
-    # The cases this machine could not run (module 12's, of more ranks than it has GPUs): the emulator
-    # plays every rank, and its verdict on them is the check's (a race between a rank's streams, that
-    # one GPU never showed, passed otherwise).
-    unrun = [r for r in ordered if r.kind == "not_run" and r.message.startswith(NOT_RUN_HERE)]
     # Every case the GPU ran and those it could not: a bug the emulator sees in any of them fails the
     # check as it does on the CPU, and a cause is settled on all the failing ones, as the CPU's check
     # does (never one that fewer cases leave unrefuted). On a GPU failure too, the cases it could not
@@ -449,6 +452,13 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
     emulated = _emulated_here(unrun, report)
     if emulated and failing is None:
         return emulated
+    if failing is not None and unrun:
+        # The cause is settled again over every failing case, those only the emulator ran included, as
+        # the CPU's check settles it (blind batch 45's 12: two GPUs' two-rank cases all reproduced a
+        # cause that two four-rank cases, failing on the CPU, did not).
+        settle(ordered)
+        if stands():
+            return emulated
     unrun_names = {r.name for r in unrun}
     # Any case the GPU passed and the emulator fails (wrong numbers too: a race that a GPU's lockstep
     # warp hid on a small case, blind batch 42's 00), so that the first failing case is the CPU's; on a
@@ -503,6 +513,9 @@ def _emulated_here(unrun: list[CaseResult], report: dict) -> str | None:
             continue
         r.passed, r.kind, r.cause = c["passed"], c["kind"], c.get("cause")
         r.rel_err, r.max_abs_err = c.get("rel_err"), c.get("max_abs_err")
+        # What a cause is settled on, as in the emulator's own report.
+        r.candidates, r.plain, r.searched = c.get("candidates") or [], c.get("plain") or [], c.get("searched", True)
+        r.refuted, r.shrunk = c.get("refuted"), c.get("shrunk")
         r.divergence, r.observations = c.get("divergence"), c.get("observations") or []
         r.message = (f"run on the CPU emulator, which plays every rank (this machine has too few GPUs for "
                      f"them): {c['message']}" if c["message"] else "")

@@ -23,7 +23,7 @@ from typing import Iterable
 from ..spec import Cause, Seen
 
 
-LINE = "\nlikely cause: "   # the stated cause's line, always a message's last
+LINE = "\nlikely cause: "   # the stated cause's line, last when stated (a first divergence may follow it)
 SEVERAL = "\nobserved: several replayed bugs "   # or this one, when no case tells the replays apart
 # Budgets are seconds of this process's CPU time (time.process_time), never of the wall clock, so that
 # a loaded machine cuts no search short: every diagnosis here finishes in well under a second.
@@ -121,6 +121,16 @@ def _reproduced(r: dict | object) -> dict[str, str]:
     return {c[0]: c[1] for key in ("plain", "candidates") for c in get(key) or ()}
 
 
+def _unsaid(message: str) -> str:
+    """The message without what settle said in it (its likely-cause or several-replays line), and with
+    what came after that line (a first divergence added later) kept."""
+    for marker in (LINE, SEVERAL):
+        if marker in message:
+            head, tail = message.split(marker, 1)
+            message = head + ("\n" + tail.split("\n", 1)[1] if "\n" in tail else "")
+    return message
+
+
 def settle(results: list) -> None:
     """Choose the cause the check states (CaseResult objects, in case order), in place.
 
@@ -137,10 +147,10 @@ def settle(results: list) -> None:
     failing = [r for r in results if not r.passed and r.kind == "checked"]
     for r in results:                     # settling again (plain pytest, case by case) starts afresh
         r.cause = None
-        r.message = r.message.split(LINE, 1)[0].split(SEVERAL, 1)[0]
+        r.message = _unsaid(r.message)
         if isinstance(r.shrunk, dict):
             r.shrunk["cause"] = None
-            r.shrunk["message"] = r.shrunk["message"].split(LINE, 1)[0]
+            r.shrunk["message"] = _unsaid(r.shrunk["message"])
     if not failing:
         return
     first = failing[0]

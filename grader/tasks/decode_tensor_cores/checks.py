@@ -22,6 +22,9 @@ CASES = [
     C("splits_past_short_context", dict(_, T=4, H=8, lens="300/45", num_splits=8)),
     # 40 splits of 10 keys, key 395 (the last page) scoring about +150 over the rest.
     C("late_page_dominates", dict(_, lens="400/37", num_splits=40, hot_key=395, hot=150.0, dtype="bfloat16")),
+    # 40 splits of 10 keys with ordinary scores: every split weighs in the combine, past the 8 warps'
+    # first shares and the 32 lanes' first (late_page_dominates's one hot split hides the others).
+    C("splits_40_each_weighs", dict(_, lens="400/37", num_splits=40)),
     # Key 2 scoring about +150 over the rest, then 400 more keys in the same split: every later stage's max
     # lies far below the running max.
     C("early_key_dominates", dict(_, lens="400/37", num_splits=1, hot_key=2, hot=150.0, dtype="bfloat16")),
