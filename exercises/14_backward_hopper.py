@@ -24,7 +24,7 @@ Three kernels, as in 11: backward_prep (D = rowsum(dO ∘ O) and lse · log2 e i
 BLOCK_M, dq_acc = 0), flash_backward_hopper, and convert_dq (dq = scale · dq_acc, rounded). dq_acc
 is kept in the order the bulk reduction adds it: one contiguous 64 × 64 part per consumer and query
 tile, its rows swizzled as in shared memory; convert_dq reads it back in that order.
-Shared memory holds each tile as boxes of 64 features × rows, 128 bytes a row, in the 128-byte
+Shared memory holds each tile as boxes of 64 features (dSᵀ: 64 queries) × rows, 128 bytes a row, in the 128-byte
 swizzle that TMA writes and wgmma reads (module 10, section 4).
 q, o, do [B, H, Nq, d]; k, v [B, Hkv, Nk, d]; float16, or bfloat16 as uint16 bits with
 dtype='bfloat16'; lse [B, H, Nq] float32 (natural log) from the forward.
@@ -321,7 +321,7 @@ flash_backward_hopper(const __grid_constant__ TensorMap q_map, const __grid_cons
 
         // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ for this consumer's 64 keys, issued as two groups.
         float pT[T_TILES][4], dsT[T_TILES][4];
-        // TODO(2): issue Sᵀ = K Qᵀ into pT once Q has landed (one wgmma per 16 features, this consumer's 64 rows of K as A, Q as B, both K-major; the first overwrites), commit; then dPᵀ = V dOᵀ into dsT the same way once dO has landed, commit; wait for Sᵀ only
+        // TODO(2): fence; issue Sᵀ = K Qᵀ into pT once Q has landed (one wgmma per 16 features, this consumer's 64 rows of K as A, Q as B, both K-major; the first overwrites), commit; then dPᵀ = V dOᵀ into dsT the same way once dO has landed, commit; wait for Sᵀ only
 
         // Pᵀ in place: element e of pT[j] is key k_start + key0 + 8 (e / 2), query m_start + 8j + 2t + e % 2.
         const bool masked = (causal && k_start + BLOCK_N - 1 > m_start + offset) || k_start + BLOCK_N > n_k;
@@ -330,7 +330,7 @@ flash_backward_hopper(const __grid_constant__ TensorMap q_map, const __grid_cons
         // dV += Pᵀ dO, Pᵀ straight from the registers; then dSᵀ, and dK += dSᵀ Q the same way.
         unsigned p_a[M_STEPS][4], ds_a[M_STEPS][4];
         to_a(pT, p_a);
-        // TODO(4): issue dV += Pᵀ dO (one wgmma per 16 queries, A = p_a[kk], B = dO read transposed), commit, and wait for dPᵀ; turn dsT into dSᵀ = Pᵀ ∘ (dPᵀ - D) with D from delta_t; then ds_a, and dK += dSᵀ Q the same way as dV, committed
+        // TODO(4): fence; issue dV += Pᵀ dO (one wgmma per 16 queries, A = p_a[kk], B = dO read transposed), commit, and wait for dPᵀ; turn dsT into dSᵀ = Pᵀ ∘ (dPᵀ - D) with D from delta_t; then ds_a, a fence, and dK += dSᵀ Q the same way as dV, committed
 
         // dSᵀ into shared memory, [key][query] in boxes of 64 queries, swizzled: register x of ds_a[kk]
         // holds key key0 + 8 (x % 2), queries 16 kk + 8 (x / 2) + 2t and + 1 (one 4-byte store).
@@ -338,7 +338,7 @@ flash_backward_hopper(const __grid_constant__ TensorMap q_map, const __grid_cons
 
         // dQ's part (queries 64 mq .., features 64 fq ..) = dS K over the block's 128 keys.
         float dq[DQ_TILES][4];
-        // TODO(6): issue this part of dQ = dS K (one wgmma per 16 keys; A = dS and B = K, both read transposed from shared memory), commit, and wait for everything; release the stage (one arrival per warp); then, once the adding thread has released dq_s's part (its 'dq_empty' barrier), write dq into it, make the stores visible to the bulk copy, and signal 'dq_full' (one arrival per warp)
+        // TODO(6): fence; issue this part of dQ = dS K (one wgmma per 16 keys; A = dS and B = K, both read transposed from shared memory), commit, and wait for everything; release the stage (one arrival per warp); then, once the adding thread has released dq_s's part (its 'dq_empty' barrier), write dq into it, make the stores visible to the bulk reduction, and signal 'dq_full' (one arrival per warp)
     }
 
     // dV and dK = scale · dk_acc of this lane's keys, in the element type.
