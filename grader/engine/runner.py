@@ -276,7 +276,8 @@ def not_implemented_message(ex: Exercise, path: Path) -> str:
     texts = dict(enumerate(ex.todos, 1))
     head = ("not implemented yet: no output element was written (each still holds the NaN the grader "
             "filled it with). ")
-    where = f"in {_shown(path)}; the lesson is modules/{ex.id}.md."
+    where = (f"in {_shown(path)}; the lesson is modules/{ex.id}.md, and `grader hint {ex.id[:2]}` gives its "
+             "hints one at a time.")
     if left == []:
         return head + (f"Every TODO has code after it {where} Check that your launch grid covers every "
                        "element and that the kernel really stores its results (the last TODOs store them).")
