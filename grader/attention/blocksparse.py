@@ -404,10 +404,13 @@ def mask_causes(ctx, s, v):
                             f"q_last / mb_rows and columns kv_start / mb_cols .. (kv_end_of_tile - 1) / mb_cols."))
             # Partial tiles skipped.
             if hit(all_t & truth):
-                yield Cause("block_mask:partial_tiles_skipped", f"tiles whose mask blocks are only partly kept are skipped (the output matches tiles "
-                        f"of {tm} queries × {tn} keys run only when all of their {_block_words(p)} are kept). "
-                        "Skip a tile only when none of its mask blocks is kept; when some are, run it with "
-                        "the per-element test.")
+                # What the output shows is that such tiles add nothing: skipped, or run with every key
+                # hidden by the per-element test (blind batch 46's 08, `partial || dropped`), alike.
+                yield Cause("block_mask:partial_tiles_skipped", f"tiles whose mask blocks are only partly kept add nothing, their kept keys "
+                        f"included (the output matches tiles of {tm} queries × {tn} keys that count only when "
+                        f"all of their {_block_words(p)} are kept): such a tile is skipped, or its per-element "
+                        "test hides every key. Skip a tile only when none of its mask blocks is kept; when "
+                        "some are, run it, and hide only the keys of its dropped blocks.")
             if tile_coords is not False and hit(tile_coords):
                 yield Cause("block_mask:tile_coords", f"the mask is read with kernel-tile coordinates (q_start / BLOCK_M, kv_start / "
                         f"BLOCK_N, tiles of {tm} queries × {tn} keys), but its blocks are {block[0]} × "
