@@ -576,7 +576,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("hint", help="the next hint, one at a time")
     s.add_argument("id")
-    s.add_argument("n", nargs="?", type=int, help="show hint N again")
+    s.add_argument("n", nargs="?", type=int, help="show hint N, again or ahead: 1 to the count that every hint "
+                   "prints after its number (Hint N/COUNT)")
     s.set_defaults(func=cmd_hint)
 
     s = sub.add_parser("bench", help="time the kernel on the GPU against baselines (--backend cpu: count "
