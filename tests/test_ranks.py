@@ -156,17 +156,20 @@ def test_more_ranks_than_gpus_is_a_case_not_run(monkeypatch):
         ranks.run_on_gpus(8, lambda: None, [{}] * 8, __file__)
 
 
-def test_gpu_ranks_that_go_silent_are_a_timeout_for_the_emulator_to_decide(rt):
+def test_gpu_ranks_that_go_silent_are_a_timeout_for_the_emulator_to_decide(rt, monkeypatch):
     """On GPUs, ranks silent for STALL_S prove no deadlock: the case is a timeout, not an error, so that the
     GPU check replays it on the CPU stand-in (engine/check.py, cpu_replay), which names the waiting calls."""
     from grader import catalogue, paths
-    from grader.engine.runner import run_case
+    from grader.engine.runner import load_exercise_function, run_case
     from grader.tasks import load_task
     ex = catalogue.resolve("12_ring_attention")
-    case = next(c for c in load_task(ex).CASES if c.name == "two_ranks")
+    task = load_task(ex)
+    case = next(c for c in task.CASES if c.name == "two_ranks")
 
-    def silent(*args, **kwargs):
+    def silent(*args, **kwargs):        # what run_on_gpus raises in the parent, outside every rank
         raise ranks.RankStall("ranks 0, 1 did not finish: nothing happened for 4 s. rank 0's NCCL calls: "
                               "comm.recv from rank 1")
-    res = run_case(ex, case, silent, rt, 1, paths.solution_file(ex.id))
+    monkeypatch.setattr(task, "call", silent)
+    path = paths.solution_file(ex.id)
+    res = run_case(ex, case, load_exercise_function(ex, path), rt, 1, path)
     assert res.kind == "timeout" and res.message.startswith("ranks 0, 1 did not finish"), res

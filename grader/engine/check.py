@@ -413,11 +413,13 @@ def confirm_on_emulator(ex: Exercise, path: Path, seed: int, ordered: list[CaseR
                         cases: list[str] | None, shape: dict | None) -> str | None:
     """A GPU verdict, confirmed on the emulator (same seed), whose thread-order and bounds checks see a
     race or an out-of-bounds access that a GPU runs silently or turns into wrong numbers with no
-    cause. Every case the GPU ran runs there, so that the GPU and the CPU give one verdict: a pass
-    there is the CPU's pass, and a cause the emulator adds is one the CPU's check states. On a GPU
-    pass, a case that fails there fails here (in place) with the emulator's report; on a GPU failure
-    no replay explains, a fault found there does, and otherwise the emulator's cause or divergence is
-    added (`_named_on_emulator`). Returns the check's note (None: nothing to say)."""
+    cause. Every case the GPU ran runs there, and every case this machine could not run, so that the
+    GPU and the CPU give one verdict: a pass there is the CPU's pass, and a cause the emulator adds is
+    one the CPU's check states. A case the GPU could not run takes the emulator's verdict in place, and
+    a GPU failure's cause is settled again with it; a case the GPU passed and the emulator fails, and a
+    fault in any case, fail here (in place) with the emulator's report; on a GPU failure no replay
+    explains, the emulator's cause or divergence is otherwise added (`_named_on_emulator`). Returns the
+    check's note (None: nothing to say)."""
     from ..runtimes.cpu.build import find_compiler
     failing = next((i for i, r in enumerate(ordered) if not r.passed and r.kind != "not_run"), None)
     # The cases this machine could not run (module 12's, of more ranks than it has GPUs): the emulator

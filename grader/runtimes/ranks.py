@@ -56,7 +56,7 @@ class RankDeadlock(KernelFault):
     """No rank can go on: each waits for a call that its peer has not made."""
 
 
-class RankStall(RankDeadlock):
+class RankStall(KernelFault):
     """On GPUs: no rank has said anything for STALL_S seconds. A time limit proves no deadlock: the check
     reports it as a timeout, and replays the case on the emulator's stand-in, which decides."""
 
