@@ -327,14 +327,15 @@ flash_backward_hopper(const __grid_constant__ TensorMap q_map, const __grid_cons
         const bool masked = (causal && k_start + BLOCK_N - 1 > m_start + offset) || k_start + BLOCK_N > n_k;
         // TODO(3): turn pT from Sᵀ into Pᵀ: P = exp2(s · scale_log2 - lse_t[query]) (lse_t is already lse · log2 e, +inf past n_q), 0 where the key is past n_k or hidden by the causal mask
 
-        // dV += Pᵀ dO, Pᵀ straight from the registers; then dSᵀ, and dK += dSᵀ Q the same way.
+        // dV += Pᵀ dO, Pᵀ straight from the registers; then dSᵀ, packed into ds_a.
         unsigned p_a[M_STEPS][4], ds_a[M_STEPS][4];
         to_a(pT, p_a);
-        // TODO(4): fence; issue dV += Pᵀ dO (one wgmma per 16 queries, A = p_a[kk], B = dO read transposed), commit, and wait for dPᵀ; turn dsT into dSᵀ = Pᵀ ∘ (dPᵀ - D) with D from delta_t; then ds_a, a fence, and dK += dSᵀ Q the same way as dV, committed
+        // TODO(4): fence; issue dV += Pᵀ dO (one wgmma per 16 queries, A = p_a[kk], B = dO read transposed), commit, and wait for dPᵀ; turn dsT into dSᵀ = Pᵀ ∘ (dPᵀ - D) with D from delta_t; then pack it into ds_a
 
         // dSᵀ into shared memory, [key][query] in boxes of 64 queries, swizzled: register x of ds_a[kk]
-        // holds key key0 + 8 (x % 2), queries 16 kk + 8 (x / 2) + 2t and + 1 (one 4-byte store).
-        // TODO(5): store every register of ds_a into this step's ds_s tile (chunk c of row r at c ^ (r % 8)); make the stores visible to wgmma and wait until both consumers' keys are in (named barrier 1, 256 threads)
+        // holds key key0 + 8 (x % 2), queries 16 kk + 8 (x / 2) + 2t and + 1 (one 4-byte store). Then
+        // dK += dSᵀ Q, A = ds_a: stored first, since once dK is issued its A registers are not to be read.
+        // TODO(5): store every register of ds_a into this step's ds_s tile (chunk c of row r at c ^ (r % 8)) and make the stores visible to wgmma; then a fence and dK += dSᵀ Q the same way as dV (A = ds_a[kk], B = Q read transposed), committed; then wait until both consumers' keys are in (named barrier 1, 256 threads)
 
         // dQ's part (queries 64 mq .., features 64 fq ..) = dS K over the block's 128 keys.
         float dq[DQ_TILES][4];

@@ -375,10 +375,10 @@ flash_backward_hopper(const __grid_constant__ TensorMap q_map, const __grid_cons
         }
         // END SOLUTION
 
-        // dV += Pᵀ dO, Pᵀ straight from the registers; then dSᵀ, and dK += dSᵀ Q the same way.
+        // dV += Pᵀ dO, Pᵀ straight from the registers; then dSᵀ, packed into ds_a.
         unsigned p_a[M_STEPS][4], ds_a[M_STEPS][4];
         to_a(pT, p_a);
-        // BEGIN SOLUTION TODO(4): fence; issue dV += Pᵀ dO (one wgmma per 16 queries, A = p_a[kk], B = dO read transposed), commit, and wait for dPᵀ; turn dsT into dSᵀ = Pᵀ ∘ (dPᵀ - D) with D from delta_t; then ds_a, a fence, and dK += dSᵀ Q the same way as dV, committed
+        // BEGIN SOLUTION TODO(4): fence; issue dV += Pᵀ dO (one wgmma per 16 queries, A = p_a[kk], B = dO read transposed), commit, and wait for dPᵀ; turn dsT into dSᵀ = Pᵀ ∘ (dPᵀ - D) with D from delta_t; then pack it into ds_a
         wgmma_fence();
         #pragma unroll
         for (int kk = 0; kk < M_STEPS; ++kk)              // queries 16 kk ..: 16 rows of 128 bytes further
@@ -392,16 +392,12 @@ flash_backward_hopper(const __grid_constant__ TensorMap q_map, const __grid_cons
             for (int e = 0; e < 4; ++e) dsT[j][e] = pT[j][e] * (dsT[j][e] - (e % 2 ? d2.y : d2.x));
         }
         to_a(dsT, ds_a);
-        wgmma_fence();
-        #pragma unroll
-        for (int kk = 0; kk < M_STEPS; ++kk)
-            wgmma_acc(dk_acc, ds_a[kk], desc(q_base + kk * 16 * 128, BLOCK_M * 128, 1024));
-        wgmma_commit();
         // END SOLUTION
 
         // dSᵀ into shared memory, [key][query] in boxes of 64 queries, swizzled: register x of ds_a[kk]
-        // holds key key0 + 8 (x % 2), queries 16 kk + 8 (x / 2) + 2t and + 1 (one 4-byte store).
-        // BEGIN SOLUTION TODO(5): store every register of ds_a into this step's ds_s tile (chunk c of row r at c ^ (r % 8)); make the stores visible to wgmma and wait until both consumers' keys are in (named barrier 1, 256 threads)
+        // holds key key0 + 8 (x % 2), queries 16 kk + 8 (x / 2) + 2t and + 1 (one 4-byte store). Then
+        // dK += dSᵀ Q, A = ds_a: stored first, since once dK is issued its A registers are not to be read.
+        // BEGIN SOLUTION TODO(5): store every register of ds_a into this step's ds_s tile (chunk c of row r at c ^ (r % 8)) and make the stores visible to wgmma; then a fence and dK += dSᵀ Q the same way as dV (A = ds_a[kk], B = Q read transposed), committed; then wait until both consumers' keys are in (named barrier 1, 256 threads)
         #pragma unroll
         for (int kk = 0; kk < M_STEPS; ++kk)
             #pragma unroll
@@ -411,6 +407,11 @@ flash_backward_hopper(const __grid_constant__ TensorMap q_map, const __grid_cons
                                              + (((i % BOX) / 8) ^ (r % 8)) * 16 + (i % 8) * 2) = ds_a[kk][x];
             }
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // wgmma reads through the async proxy
+        wgmma_fence();
+        #pragma unroll
+        for (int kk = 0; kk < M_STEPS; ++kk)
+            wgmma_acc(dk_acc, ds_a[kk], desc(q_base + kk * 16 * 128, BLOCK_M * 128, 1024));
+        wgmma_commit();                                   // dK runs while this consumer waits for the other
         asm volatile("bar.sync 1, 256;" ::: "memory");
         // END SOLUTION
 
