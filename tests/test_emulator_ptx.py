@@ -382,6 +382,26 @@ extern "C" __global__ void ldmatrix_too_early(const unsigned short* x, unsigned*
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     out[l] = r;
 }
+
+// Rows copied by the lanes of warp `copier` and read with ldmatrix by warp 0 after every wait;
+// sync 0: no barrier between, 1: __syncwarp(), 2: __syncthreads().
+extern "C" __global__ void ldmatrix_after_wait(const unsigned short* x, unsigned* out, int copier, int sync)
+{
+    __shared__ __align__(16) unsigned short tile[8][8];
+    const int l = threadIdx.x % 32;
+    if (threadIdx.x / 32 == copier && l < 8)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"    // @copy
+                     :: "r"((unsigned)__cvta_generic_to_shared(&tile[l][0])), "l"(x + 8 * l));
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    if (sync == 1) __syncwarp();
+    if (sync == 2) __syncthreads();
+    if (threadIdx.x / 32 == 0) {
+        unsigned r;
+        asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"   // @late_ldmatrix
+                     : "=r"(r) : "r"((unsigned)__cvta_generic_to_shared(&tile[l % 8][0])));
+        out[l] = r;
+    }
+}
 """
 
 
@@ -424,6 +444,27 @@ def test_ldmatrix_before_the_wait_is_reported_with_both_lines(rt):
     msg = str(e.value)
     assert msg.startswith(at("early_ldmatrix")) and at("issue") in msg
     assert "has not written yet" in msg and "has not yet passed a cp.async.wait_group" in msg
+
+
+@pytest.mark.parametrize("copier,sync,ok", [(0, 0, False), (0, 1, True), (1, 1, False), (1, 2, True)])
+def test_a_copy_is_other_threads_to_read_only_after_a_barrier_that_follows_its_wait(rt, copier, sync, ok):
+    # A wait makes a cp.async visible to the thread that issued it; the warp's other lanes need a
+    # __syncwarp() after it, another warp a __syncthreads().
+    kern = rt.compile(ASYNC).get_function("ldmatrix_after_wait")
+    x = np.arange(64, dtype=np.uint16)
+    out = np.zeros(32, np.uint32)
+    args = (x, out, rt.int32(copier), rt.int32(sync))
+    if ok:
+        kern((1,), (64,), args)
+        l = np.arange(32)
+        lo, hi = x.reshape(8, 8)[l // 4, 2 * (l % 4)], x.reshape(8, 8)[l // 4, 2 * (l % 4) + 1]
+        np.testing.assert_array_equal(out, lo.astype(np.uint32) | (hi.astype(np.uint32) << 16))
+        return
+    with pytest.raises(KernelFault) as e:
+        kern((1,), (64,), args)
+    msg = str(e.value)
+    assert msg.startswith(at("late_ldmatrix")) and at("copy") in msg
+    assert ("no __syncwarp() or block barrier" if copier == 0 else "no block barrier (__syncthreads())") in msg
 
 
 # ---------------------------------------------------------------------------------------------

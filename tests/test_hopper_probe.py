@@ -264,3 +264,12 @@ def test_a_registers_overwritten_before_the_wait_are_named(rt):
     assert src.count(tail) == 1
     msg = fault_of(rt, src.replace(tail, "    a[0] ^= 1u;\n" + tail))
     assert "register 0 of A" in msg and "overwritten" in msg and "C7513" in msg
+
+
+def test_accumulators_changed_while_their_chain_runs_are_named(rt):
+    # A rescale of e between two wgmma of one chain, with no wait between: the second one's issue
+    # finds e changed while the first still writes it (a wait too loose before a rescale).
+    old = "        wgmma_rs(e, a, desc(smem_addr(b_s) + kk * 16 * 128, 64 * 128, 1024));\n"
+    assert PROBE.count(old) == 1
+    msg = fault_of(rt, PROBE.replace(old, "        if (kk == 2) e[0][0] *= 0.5f;\n" + old))
+    assert "changed while the wgmma.mma_async at" in msg and "was still running" in msg

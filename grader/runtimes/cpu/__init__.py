@@ -68,7 +68,10 @@ Tensor-core semantics (csrc/emu/mma.h, wmma.h, async_copy.h, emu_runtime.cpp):
     with CUDAEMU_ASYNC_POISON32 (NaN as half, bfloat16 and float) and writes it when a wait of the
     issuing thread covers its group: wait_group N completes all but the N most recent committed
     groups, wait_all everything (uncommitted copies too); a thread's leftovers complete when it
-    ends. An ldmatrix of a row still in flight is a fault naming both lines.
+    ends. An ldmatrix of a row still in flight is a fault naming both lines. So is an ldmatrix (or a
+    wmma load) of a row another thread's copy landed in, with no barrier passed since that thread's
+    wait: a __syncwarp() (or block barrier) for a lane of the same warp, a block barrier (or named
+    barrier) for another warp.
 
 What it finds, each reported as KernelFault with file:line, block and thread (the C side fills
 in a fault record whose kinds and fields csrc/cudaemu_abi.h defines for both languages, abi.py

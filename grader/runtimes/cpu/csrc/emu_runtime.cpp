@@ -168,6 +168,9 @@ static char* stack_region;
 static size_t stack_region_size;
 static size_t stack_size = 128 * 1024;
 static Warp* warps;
+// Barriers passed: every block barrier (__syncthreads, a named barrier) and, per warp, every
+// __syncwarp; block_serial counts the blocks run (check_landed below reads them).
+static uint32_t block_serial, block_epoch, warp_epoch[32];
 static int nwarps_alloc;
 static Fiber* cur;
 static FiberContext sched_ctx;
@@ -552,6 +555,7 @@ static bool shfl_source(int op, int lane, int param, int width, int* src) {
 
 // The last lane of a group to arrive does the exchange for all of them.
 static void complete_warp_group(Warp* w, uint32_t group, int op) {
+  if (op == W_SYNCWARP) ++warp_epoch[(w - warps) & 31];   // orders its lanes' earlier accesses
   int64_t sum = 0;
   uint64_t ballot = 0, band = ~0ull, bor = 0, bxor = 0;
   int64_t smin = INT64_MAX, smax = INT64_MIN;
@@ -1037,6 +1041,21 @@ static uint32_t* pending;
 static size_t pending_cap, pending_static_n, pending_n;
 static int pending_used;
 
+// Who made each 16-byte granule of shared memory what it holds, when a cp.async landed there: the
+// issuing thread, its copy and wait lines, and the barriers its warp and the block had passed then.
+// A wait makes a copy visible to the thread that issued it; the other threads may read it only after
+// a barrier that follows that wait (__syncwarp for the same warp, a block barrier for another warp).
+struct Landed {
+  uint32_t block;       // block_serial + 1 when written in this block; anything else: nothing landed
+  int by;               // linear thread id of the issuing thread
+  uint32_t warp_epoch, block_epoch;
+  const char* copy_file;
+  const char* wait_file;
+  int copy_line, wait_line;
+};
+static Landed* landed;
+static size_t landed_cap;
+
 static long pending_slot(const char* p) {
   if (in_static(p, 1)) return (long)(((uintptr_t)p - smem_static_origin) / 16);
   if (in_dynamic(p, 1)) return (long)(pending_static_n + (size_t)(p - smem_dyn) / 16);
@@ -1055,6 +1074,9 @@ static void finish_copies(Fiber* f, uint32_t before_group) {
       race_log(f->linear, c->site, c->dst, c->size, 1);   // the copy lands: the issuing thread writes
       long s = pending_slot(c->dst);
       if (s >= 0 && pending[s]) --pending[s];
+      if (s >= 0 && (size_t)s < landed_cap)
+        landed[s] = Landed{block_serial + 1, f->linear, warp_epoch[(f->linear / 32) & 31], block_epoch,
+                           c->file, f->cpw_file, c->line, f->cpw_line};
     } else {
       f->cp[k++] = *c;
     }
@@ -1148,6 +1170,8 @@ extern "C" HIDDEN void __cudaemu_cp_async_wait(long long n, const char* file, in
 
 extern "C" HIDDEN void __cudaemu_cp_async_wait_all() {
   Fiber* f = cur;
+  f->cpw_file = nullptr;   // a wait_all: its line is not known here
+  f->cpw_line = 0;
   ++f->cp_groups;  // wait_all is commit_group; wait_group 0
   finish_copies(f, f->cp_groups);
 }
@@ -1193,6 +1217,41 @@ extern "C" HIDDEN void __cudaemu_check_async_pending(const void* p, uint32_t n, 
                 g->tid.y, g->tid.z, g == cur ? " (this thread)" : "", a->file ? a->file : "?",
                 a->line, why, last);
     }
+  }
+}
+
+// A warp-wide read of [p, p + n) in shared memory by `what` (ldmatrix, a wmma load): a fault if a
+// cp.async of another thread landed there and no barrier ordered that landing before this read: the
+// same warp's lanes need a __syncwarp() after the issuing thread's wait, other warps a block barrier.
+extern "C" HIDDEN void __cudaemu_check_landed(const void* p, uint32_t n, const char* what,
+                                              const char* file, int line) {
+  if (!pending_used || n == 0 || !cur) return;
+  const char* c = (const char*)p;
+  long lo = pending_slot(c), hi = pending_slot(c + n - 1);
+  if (lo < 0 || hi < 0) return;
+  const int reader = cur->linear / 32;
+  for (long s = lo; s <= hi && (size_t)s < landed_cap; ++s) {
+    const Landed& a = landed[s];
+    if (a.block != block_serial + 1) continue;
+    const int writer = a.by / 32;
+    const bool same_warp = writer == reader;
+    if (a.block_epoch != block_epoch || (same_warp && a.warp_epoch != warp_epoch[reader & 31])) continue;
+    const Fiber* g = &fibers[a.by];
+    char waited[300] = "";
+    if (a.wait_line > 0)
+      snprintf(waited, sizeof waited, " (visible to that thread after its cp.async.wait_group at %s:%d)",
+               a.wait_file ? a.wait_file : "?", a.wait_line);
+    ptx_fault(F_PTX, file, line,
+              "%s (warp %d) reads shared memory at 0x%llx, which a cp.async issued by thread "
+              "(%u,%u,%u) (lane %d of warp %d) at %s:%d wrote%s; no %s was passed between that "
+              "wait and this read. A cp.async.wait_group makes a copy visible only to the thread "
+              "that issued it; %s may read it only after a barrier that follows that wait: %s.",
+              what, reader, (unsigned long long)__cudaemu_shared_addr(c, file, line), g->tid.x,
+              g->tid.y, g->tid.z, a.by % 32, writer, a.copy_file ? a.copy_file : "?", a.copy_line,
+              waited, same_warp ? "__syncwarp() or block barrier" : "block barrier (__syncthreads())",
+              same_warp ? "the other lanes of its warp" : "another warp",
+              same_warp ? "__syncwarp() after the wait (or __syncthreads() for the whole block)"
+                        : "__syncthreads() after every thread's wait");
   }
 }
 
@@ -1307,6 +1366,7 @@ static int describe_stuck(int nthreads) {
   barrier_result = first->wait_op == B_COUNT ? count : first->wait_op == B_AND ? all
                  : first->wait_op == B_OR ? any : 0;
   for (int i = 0; i < nthreads; ++i) fibers[i].state = RUNNABLE;
+  ++block_epoch;
   return 1;
 }
 
@@ -1487,6 +1547,11 @@ EXPORT int cudaemu_launch(void (*entry)(void**), void** args, const uint32_t* gr
   } else if (pending_n) {
     memset(pending, 0, sizeof *pending * pending_n);
   }
+  if (pending_n > landed_cap) {
+    free(landed);
+    landed = (Landed*)calloc(pending_n, sizeof *landed);
+    landed_cap = landed ? pending_n : 0;
+  }
   pending_used = 0;
   int rc = 0;
   for (int64_t b = 0; b < count; ++b) {
@@ -1503,6 +1568,7 @@ EXPORT int cudaemu_launch(void (*entry)(void**), void** args, const uint32_t* gr
     }
     counters_block_start(nthreads);
     trace_block_start();
+    ++block_serial;   // what earlier blocks' copies left in landed[] is not this block's
     if (run_block(nthreads, perm, order == 3) != 0) { rc = -1; break; }
     hopper_block_end();
     counters_block_end(nthreads);

@@ -50,6 +50,8 @@ __CUDAEMU_HIDDEN void __cudaemu_cp_async_wait(long long n, const char* file, int
 __CUDAEMU_HIDDEN void __cudaemu_cp_async_wait_all(void);
 __CUDAEMU_HIDDEN void __cudaemu_check_async_pending(const void* p, unsigned n, const char* what,
                                                     const char* file, int line);
+__CUDAEMU_HIDDEN void __cudaemu_check_landed(const void* p, unsigned n, const char* what,
+                                             const char* file, int line);
 // The race finder's view of a warp collective's copying (counters.h).
 __CUDAEMU_HIDDEN void __cudaemu_collective_copy(int on);
 __CUDAEMU_HIDDEN void __cudaemu_race_read(int lane, const void* p, unsigned n, const char* file, int line);

@@ -83,6 +83,7 @@ static inline void ldmatrix_complete(void* const* lanes, int param, const char* 
     for (int j = 0; j < 8; ++j) {
       rows[i][j] = ((const ldmatrix_lane*)lanes[8 * i + j])->row;
       __cudaemu_check_async_pending(rows[i][j], 16, "ldmatrix", file, line);
+      __cudaemu_check_landed(rows[i][j], 16, "ldmatrix", file, line);
       __cudaemu_race_read(8 * i + j, rows[i][j], 16, file, line);   // lane 8i + j reads its row
     }
   __cudaemu_collective_copy(1);   // the copying below is one lane's, on every lane's behalf

@@ -196,8 +196,11 @@ static inline void check_tile(const lane* me, int kind, int esize, bool store, c
     case __CUDAEMU_MEM_SHARED:
       if (!store)
         for (int s = 0; s < 16; ++s)
+        {
           __cudaemu_check_async_pending(p + (size_t)s * me->ldm * esize, 16u * esize, what, file,
                                         line);
+          __cudaemu_check_landed(p + (size_t)s * me->ldm * esize, 16u * esize, what, file, line);
+        }
       return;
     case __CUDAEMU_MEM_ARRAY:
     case __CUDAEMU_MEM_LIBRARY:
