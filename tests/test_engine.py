@@ -666,12 +666,28 @@ def test_clean_passes_drop_near_misses_and_keep_the_nearest_value():
 
 def test_a_cp_async_read_by_another_warp_before_a_barrier_is_named_with_both_lines():
     """Blind kernel b42 (module 13): __syncwarp where the first stage needs __syncthreads, so a warp's
-    ldmatrix reads q rows another warp's cp.async wrote. The race finder sees the runtime's copies
-    and each lane's ldmatrix row, and names the kernel lines that called them."""
+    ldmatrix reads q rows another warp's cp.async wrote. The emulator notes where each copy landed and
+    the barriers passed since, and names the kernel lines that called the copy, its wait and the read."""
     from pathlib import Path
     path = Path(__file__).parent / "blind" / "13_decode_tensor_cores" / "first_stage_syncwarp_b42.py"
     r = run_check(catalogue.resolve("13"), path, "cpu", 3, cases=["gqa_16_page_size_32"], shrink=False)
     message = r["cases"][0]["message"]
-    assert "writes it with a cp.async at first_stage_syncwarp_b42.py:303" in message, message
-    assert "reads it with an ldmatrix at first_stage_syncwarp_b42.py:189" in message, message
-    assert "after a __syncthreads() that follows that wait" in message
+    assert message.startswith("first_stage_syncwarp_b42.py:84: decode_partial<64, 1>: ldmatrix"), message
+    assert "(called from first_stage_syncwarp_b42.py:303)" in message, message        # the q copy
+    assert "called from first_stage_syncwarp_b42.py:189" in message, message          # the read of q
+    assert "no block barrier (__syncthreads()) was passed between that wait and this read" in message
+
+
+def test_blocks_that_store_over_each_other_fail_a_case_whose_numbers_are_right(tmp_path):
+    """Module 04's combine with its lane guard off by one where a row's context is empty: lane d / 4
+    zeroes 4 floats of the next row, which that row's block, run later, writes again. The numbers
+    come out right in launch order; the emulator's rerun, last block first, shows the overlap."""
+    from pathlib import Path
+    right = "        if (4 * lane < d) reinterpret_cast<float4*>(o + row * d)[lane] = make_float4(0.f, 0.f, 0.f, 0.f);"
+    text = (Path(__file__).parents[1] / "solutions" / "04_splitkv_decode.py").read_text()
+    assert text.count(right) == 1
+    path = tmp_path / "combine_guard.py"
+    path.write_text(text.replace(right, right.replace("4 * lane < d", "4 * lane <= d")))
+    case = run_check(catalogue.resolve("04"), path, "cpu", 1, cases=["contexts_0_1_2_5"], shrink=False)["cases"][0]
+    assert not case["passed"] and case["kind"] == "error", case
+    assert "depends on the order in which the blocks run" in case["message"] and "float* o" in case["message"]

@@ -349,6 +349,9 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     rt.start_poisoning()
     if hasattr(rt, "block_order_check"):      # the emulator: rerun blocks last-first where a task asks
         rt.block_order_check = bool(getattr(task, "BLOCK_ORDER_CHECK", False))
+        # What that finds is weighed below, against the numbers: it fails a case whose numbers are
+        # right, and yields to a cause the numbers show.
+        rt.block_order_defer, rt.block_order_found = True, None
     # The answer must come from the kernels (the grader's own tests of its comparisons turn it off).
     ledger = rt.ledger = Ledger(rt, device_inputs) if getattr(rt, "provenance_check", True) else None
     try:
@@ -440,6 +443,12 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
     failing = [c for c in cmps.values() if not c.passed]
     config = getattr(fn, "__globals__", {}).get("CONFIG")
     ctx = dg.Context(ex, case.params, inputs, ref, out, cmps, config if isinstance(config, dict) else {})
+    # Blocks that store over each other's elements (the emulator's rerun, last block first, changed
+    # an output): right numbers in this order are luck, since a GPU runs the blocks in any order.
+    overlap = getattr(rt, "block_order_found", None)
+    if overlap is not None and not failing:
+        res.kind, res.message = "error", cited(str(overlap), path) + todos_left(ex, path)
+        return res
     if not failing:
         res.passed = True
         # A case whose verdict the task made itself (a refused input: no o, no lse) refutes no replay.
@@ -463,8 +472,13 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
         lines.append(f"(the grader failed while explaining this error — a bug in the grader, please report "
                      f"it: {type(e).__name__}: {e} at {at.filename}:{at.lineno})")
     res.candidates = [[k.id, k.text] for k in causes if not k.plain]
+    if overlap is not None and not res.candidates:     # no cause in the numbers: the overlap is what was reproduced
+        res.kind, res.message = "error", cited(str(overlap), path) + todos_left(ex, path)
+        return res
     res.plain = [[k.id, k.text] for k in causes if k.plain]
     res.observations = list(seen)
+    if overlap is not None:
+        seen = list(seen) + [str(overlap).split(". Two blocks write")[0] + "."]
     lines += [f"observed: {text}" for text in seen]
     if not res.candidates and getattr(rt, "name", "") == "gpu":
         # A GPU runs an out-of-bounds read or a race without complaint; the emulator and

@@ -259,6 +259,10 @@ class CpuRuntime(Runtime):
         # Rerun every block in reverse order and compare (a task that needs it turns it on: blocks
         # that write outside their own part of the output, over a neighbour's).
         self.block_order_check = False
+        # With block_order_defer, the first such difference of a case is kept here for the runner
+        # (runner.run_case), which weighs it against the case's numbers, instead of being raised.
+        self.block_order_defer = False
+        self.block_order_found: KernelFault | None = None
         # Count what each launch would move on a GPU (counters.py): kernels are then built with
         # every load and store instrumented, and each launch's counts land in counter_log.
         self.counting = False
@@ -484,7 +488,12 @@ class CpuRuntime(Runtime):
                 diff = _differs(ref, v, loose)
                 if diff is not None:
                     ndiff = int(np.count_nonzero(~_same(ref, v)))
-                    raise _faults.block_order_fault(kernel, args, arg_slot, slot, ref, v, diff, ndiff)
+                    fault = _faults.block_order_fault(kernel, args, arg_slot, slot, ref, v, diff, ndiff)
+                    if not self.block_order_defer:
+                        raise fault
+                    if self.block_order_found is None:
+                        self.block_order_found = fault
+                    return
         finally:
             for v, f in zip(views, final):
                 np.copyto(v, f)

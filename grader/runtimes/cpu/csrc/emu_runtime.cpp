@@ -101,6 +101,7 @@ struct AsyncCopy {
   uint32_t group;       // the issuing thread's group count at issue: its open group
   uint32_t size;
   unsigned char data[16];
+  uint64_t frames[8];   // return addresses at the issue: the kernel lines that called the PTX
 };
 
 struct Fiber {
@@ -1052,6 +1053,7 @@ struct Landed {
   const char* copy_file;
   const char* wait_file;
   int copy_line, wait_line;
+  uint64_t copy_frames[8], wait_frames[8];
 };
 static Landed* landed;
 static size_t landed_cap;
@@ -1074,9 +1076,13 @@ static void finish_copies(Fiber* f, uint32_t before_group) {
       race_log(f->linear, c->site, c->dst, c->size, 1);   // the copy lands: the issuing thread writes
       long s = pending_slot(c->dst);
       if (s >= 0 && pending[s]) --pending[s];
-      if (s >= 0 && (size_t)s < landed_cap)
-        landed[s] = Landed{block_serial + 1, f->linear, warp_epoch[(f->linear / 32) & 31], block_epoch,
-                           c->file, f->cpw_file, c->line, f->cpw_line};
+      if (s >= 0 && (size_t)s < landed_cap) {
+        Landed& a = landed[s];
+        a = Landed{block_serial + 1, f->linear, warp_epoch[(f->linear / 32) & 31], block_epoch,
+                   c->file, f->cpw_file, c->line, f->cpw_line, {}, {}};
+        memcpy(a.copy_frames, c->frames, sizeof a.copy_frames);
+        if (f->cpw_line > 0) memcpy(a.wait_frames, f->cpw_frames, sizeof a.wait_frames);
+      }
     } else {
       f->cp[k++] = *c;
     }
@@ -1136,6 +1142,7 @@ extern "C" HIDDEN void __cudaemu_cp_async(uint64_t dst, const void* src, int siz
   c.line = line;
   c.size = (uint32_t)size;
   c.site = race_site_pc(file, line, 'c');
+  capture_frames(c.frames);
   race_log(cur->linear, c.site, d, (unsigned)size, 1);   // in flight from its issue: written
   Fiber* f = cur;
   c.group = f->cp_groups;
@@ -1237,18 +1244,21 @@ extern "C" HIDDEN void __cudaemu_check_landed(const void* p, uint32_t n, const c
     const bool same_warp = writer == reader;
     if (a.block_epoch != block_epoch || (same_warp && a.warp_epoch != warp_epoch[reader & 31])) continue;
     const Fiber* g = &fibers[a.by];
-    char waited[300] = "";
-    if (a.wait_line > 0)
-      snprintf(waited, sizeof waited, " (visible to that thread after its cp.async.wait_group at %s:%d)",
-               a.wait_file ? a.wait_file : "?", a.wait_line);
+    char waited[400] = "", copied[200], mark[200];
+    frames_mark(copied, sizeof copied, a.copy_frames);
+    if (a.wait_line > 0) {
+      frames_mark(mark, sizeof mark, a.wait_frames);
+      snprintf(waited, sizeof waited, " (visible to that thread after its cp.async.wait_group at %s:%d%s)",
+               a.wait_file ? a.wait_file : "?", a.wait_line, mark);
+    }
     ptx_fault(F_PTX, file, line,
               "%s (warp %d) reads shared memory at 0x%llx, which a cp.async issued by thread "
-              "(%u,%u,%u) (lane %d of warp %d) at %s:%d wrote%s; no %s was passed between that "
+              "(%u,%u,%u) (lane %d of warp %d) at %s:%d%s wrote%s; no %s was passed between that "
               "wait and this read. A cp.async.wait_group makes a copy visible only to the thread "
               "that issued it; %s may read it only after a barrier that follows that wait: %s.",
               what, reader, (unsigned long long)__cudaemu_shared_addr(c, file, line), g->tid.x,
               g->tid.y, g->tid.z, a.by % 32, writer, a.copy_file ? a.copy_file : "?", a.copy_line,
-              waited, same_warp ? "__syncwarp() or block barrier" : "block barrier (__syncthreads())",
+              copied, waited, same_warp ? "__syncwarp() or block barrier" : "block barrier (__syncthreads())",
               same_warp ? "the other lanes of its warp" : "another warp",
               same_warp ? "__syncwarp() after the wait (or __syncthreads() for the whole block)"
                         : "__syncthreads() after every thread's wait");
