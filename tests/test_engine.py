@@ -691,3 +691,15 @@ def test_blocks_that_store_over_each_other_fail_a_case_whose_numbers_are_right(t
     case = run_check(catalogue.resolve("04"), path, "cpu", 1, cases=["contexts_0_1_2_5"], shrink=False)["cases"][0]
     assert not case["passed"] and case["kind"] == "error", case
     assert "depends on the order in which the blocks run" in case["message"] and "float* o" in case["message"]
+
+
+def test_a_bulk_reduction_never_committed_whose_source_is_rewritten_is_named():
+    """Blind kernel b48 (module 14): no bulk_commit() after dQ's bulk reduction, so the wait that
+    follows covers nothing, the part is handed back and rewritten while the reduction may still read
+    it. The thread's next bulk instruction names the uncommitted one and the call that issued it."""
+    from pathlib import Path
+    path = Path(__file__).parent / "blind" / "14_backward_hopper" / "bwd_hopper_reduce_uncommitted_b48.py"
+    r = run_check(catalogue.resolve("14"), path, "cpu", 3, cases=["tile_plus_1"], shrink=False)
+    message = r["cases"][0]["message"]
+    assert "was never committed (no cp.async.bulk.commit_group after it)" in message, message
+    assert "called from bwd_hopper_reduce_uncommitted_b48.py:287" in message, message
