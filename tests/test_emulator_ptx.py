@@ -464,7 +464,7 @@ def test_a_copy_is_other_threads_to_read_only_after_a_barrier_that_follows_its_w
         kern((1,), (64,), args)
     msg = str(e.value)
     assert msg.startswith(at("late_ldmatrix")) and at("copy") in msg
-    assert ("no __syncwarp() or block barrier" if copier == 0 else "no block barrier (__syncthreads())") in msg
+    assert ("passed no __syncwarp() or block barrier" if copier == 0 else "passed no block barrier (__syncthreads())") in msg
 
 
 # ---------------------------------------------------------------------------------------------

@@ -675,7 +675,7 @@ def test_a_cp_async_read_by_another_warp_before_a_barrier_is_named_with_both_lin
     assert message.startswith("first_stage_syncwarp_b42.py:84: decode_partial<64, 1>: ldmatrix"), message
     assert "(called from first_stage_syncwarp_b42.py:303)" in message, message        # the q copy
     assert "called from first_stage_syncwarp_b42.py:189" in message, message          # the read of q
-    assert "no block barrier (__syncthreads()) was passed between that wait and this read" in message
+    assert "this warp has passed no block barrier (__syncthreads()) since the copy landed" in message
 
 
 def test_blocks_that_store_over_each_other_fail_a_case_whose_numbers_are_right(tmp_path):

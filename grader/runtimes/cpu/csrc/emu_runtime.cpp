@@ -230,7 +230,9 @@ static void hopper_thread_end(Fiber* f);
 static void fiber_main() {
   cur_entry(cur_args);
   hopper_thread_end(cur);
-  // A GPU completes a thread's cp.async copies even if it never waits for them.
+  // A GPU completes a thread's cp.async copies even if it never waits for them (no wait to cite).
+  cur->cpw_file = nullptr;
+  cur->cpw_line = 0;
   finish_copies(cur, UINT32_MAX);
   cur->state = EXITED;
   yield_to_scheduler();
@@ -1253,8 +1255,8 @@ extern "C" HIDDEN void __cudaemu_check_landed(const void* p, uint32_t n, const c
     }
     ptx_fault(F_PTX, file, line,
               "%s (warp %d) reads shared memory at 0x%llx, which a cp.async issued by thread "
-              "(%u,%u,%u) (lane %d of warp %d) at %s:%d%s wrote%s; no %s was passed between that "
-              "wait and this read. A cp.async.wait_group makes a copy visible only to the thread "
+              "(%u,%u,%u) (lane %d of warp %d) at %s:%d%s wrote%s; this warp has passed no %s "
+              "since the copy landed. A cp.async.wait_group makes a copy visible only to the thread "
               "that issued it; %s may read it only after a barrier that follows that wait: %s.",
               what, reader, (unsigned long long)__cudaemu_shared_addr(c, file, line), g->tid.x,
               g->tid.y, g->tid.z, a.by % 32, writer, a.copy_file ? a.copy_file : "?", a.copy_line,
