@@ -59,7 +59,7 @@ OPERATORS = (
     Operator("shfl_offset_half", "a butterfly that starts at half the right offset",
              re.compile(r"(\b(?:offset|stride)\s*=\s*)(16|COLS\s*/\s*2)\b"), _sub(r"\1(\2) / 2"), _LANES),
     Operator("drop_batch_term", "the batch offset dropped from an index",
-             re.compile(r"\(?\s*\b(?:b|batch)\s*\*\s*(\w+)\s*\+\s*"), _sub("("),
+             re.compile(r"(\(?)\s*\b(?:b|batch)\s*\*\s*\w+\s*\+\s*"), _sub(r"\1"),   # an opening paren kept
              (EMULATOR, "index_drop:batch:", "varlen:batch_offset")),
     Operator("flip_exponent_sign", "the sign of an exponent flipped",
              re.compile(r"\b(exp2?f)\((\w+(?:\[\w+\])*) - (\w+(?:\[\w+\])*)\)"), _sub(r"\1(\3 - \2)"),

@@ -996,16 +996,17 @@ def mask_causes(ctx, s, v):
                     "saw keys before then rescales l and acc by exp2(m - 0), and lse comes out off. Test "
                     "the new running max: m_use = (m_new == -INFINITY) ? 0 : m_new."))
             # The same test without the offset: with Nq > Nk, tiles the shifted diagonal crosses are
-            # taken whole.
+            # taken whole. The offset added with its sign reversed (q_start + Nq - Nk) takes nearly
+            # the same tiles (blind batch 49), so the text says what the output shows, not which.
             vis = diagonal_tiles_masked(n_q, n_k, bm, bn, lambda r: r + offset + 1, straddle_offset=False)
             if offset and (getattr(ctx, "probe", None) or not np.array_equal(vis, R.causal_mask(n_q, n_k))) and \
                     matches(ctx, *attend(s, v, vis)):
                 yield Cause("mask:diagonal_test_no_offset", (
                     f"some key tiles that straddle the diagonal run without the per-element test (the "
                     f"output matches tiles of {bm} queries × {bn} keys tested only when kv_start + "
-                    f"BLOCK_N - 1 > q_start, the offset left out). The diagonal is shifted by offset = "
-                    f"Nk - Nq, here {offset}: a tile needs the test when kv_start + BLOCK_N - 1 > "
-                    "q_start + offset."))
+                    f"BLOCK_N - 1 > q_start: the diagonal test does not shift q_start by the offset, "
+                    f"here {offset}, or shifts it the wrong way). The diagonal is shifted by offset = "
+                    f"Nk - Nq: a tile needs the test when kv_start + BLOCK_N - 1 > q_start + offset."))
             # The loop over key tiles bounded by the first row of the query tile instead of the last.
             lim = np.minimum(i + offset + 1, tile_limits(n_q, n_k, bm, bn, lambda first, last: first))
             if matches(ctx, *attend(s, v, visible_where(n_q, n_k, np.maximum(lim, 0)))):
