@@ -24,6 +24,9 @@ CASES = [
     # rows that are not masked (masked_entries keeps entry 0 visible, so no lane of it is all -inf).
     Case("masked_every_32nd", dict(R=6, n=100, masked_stride=32)),
     Case("increasing_rows", dict(R=4, n=500, increasing=True)),
+    # Small integers: maxima tie everywhere (two lanes' states with the same m, a row of one value), as
+    # low-precision scores do; a merge that tests m2 > m and m2 < m but not equality drops a sum.
+    Case("tied_maxima", dict(R=6, n=100, integers=True)),
     Case("many_rows", dict(R=257, n=128)),
     Case("long_rows", dict(R=4, n=4099)),
 ]
@@ -32,6 +35,9 @@ TOLERANCES = {"y": F32, "lse": F32}
 
 def make_inputs(p, rng):
     x = rng.standard_normal((p["R"], p["n"])) * p.get("spread", 3.0)
+    if p.get("integers"):
+        x = rng.integers(-2, 3, size=x.shape).astype(np.float64)
+        x[0] = 1.0                                  # one row of one value: every lane's max ties
     if p.get("increasing"):
         # Each new element is the new max: the running sum is rescaled at every step.
         x = np.sort(x, axis=1) + np.linspace(0, 40, p["n"])
