@@ -64,3 +64,14 @@ def test_batched_modules_check_a_second_sequence_and_a_gqa_group(ex):
         assert any(p["H"] > p["Hkv"] for p in params if "Hkv" in p), f"{ex.id}: no case with H > Hkv"
         assert any(p.get("B", 1) > 1 and p["H"] > p["Hkv"] for p in params if "Hkv" in p), \
             f"{ex.id}: no case with B > 1 and H > Hkv together"
+
+
+@pytest.mark.parametrize("ex", catalogue.EXERCISES, ids=[ex.id for ex in catalogue.EXERCISES])
+def test_gqa_modules_check_a_group_size_that_is_not_a_power_of_two(ex):
+    """A module with kv heads checks some case whose group H / Hkv is not a power of two: a kv head
+    found by a shift or a mask (h >> log2(G), h & ...) is right for every power of two and wrong for 3
+    (blind batch 51: 00's shift by the group's lowest set bit passed groups of 1, 2, 4 and 8)."""
+    from grader.engine.runner import select_cases
+    groups = {p["H"] // p["Hkv"] for p in (c.params for c in select_cases(ex)) if "Hkv" in p}
+    if groups:
+        assert any(g & (g - 1) for g in groups), f"{ex.id}: every group size is a power of two: {sorted(groups)}"

@@ -209,7 +209,7 @@ def tile_rects(block_mask, block, n_q: int, n_k: int, tile, ends=None) -> tuple[
 
 # ---- inputs of the checks ------------------------------------------------------------------------
 
-PATTERNS = ("full", "random", "empty_rows", "single", "local", "strided", "causal_blocks")
+PATTERNS = ("full", "random", "empty_rows", "single", "local", "strided", "causal_blocks", "late_holes", "late_only")
 
 
 def block_mask_for(p: dict, rng: np.random.Generator) -> np.ndarray:
@@ -239,6 +239,18 @@ def block_mask_for(p: dict, rng: np.random.Generator) -> np.ndarray:
                       | global_tokens(n_q, n_k, block, p.get("n_global", block[1])), B, H)
     elif pattern == "causal_blocks":
         m = for_heads(causal_blocks(n_q, n_k, block), B, H)
+    elif pattern == "late_holes":
+        # Every block kept but every other one of the last block row of each 64 query rows: a tile's
+        # only dropped blocks are its last mask cells, which a scan that stops early never reads.
+        m = np.ones(shape, np.uint8)
+        last = max(64 // block[0], 1) - 1
+        m[:, :, last::last + 1, 1::2] = 0
+    elif pattern == "late_only":
+        # The opposite: only every other block of the last block row of each 64 query rows is kept, so
+        # a scan that stops early finds nothing kept in a tile that has some.
+        m = np.zeros(shape, np.uint8)
+        last = max(64 // block[0], 1) - 1
+        m[:, :, last::last + 1, 1::2] = 1
     else:
         raise ValueError(f"unknown mask pattern {pattern!r} (one of {PATTERNS})")
     # Any nonzero byte means kept: the kernel must test != 0, not == 1. Half the kept bytes are 1 and

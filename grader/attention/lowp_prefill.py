@@ -29,7 +29,7 @@ SHAPES = [  # name, (B, H, Hkv, Nq, Nk, d), extra; tile edges of 06 (128 × 64) 
     ("head_dim_128", (1, 2, 2, 70, 130, 128), {}),
     ("long", (1, 2, 1, 129, 257, 64), {}),
     ("large_logits", (1, 2, 2, 40, 77, 64), {"logit": 50.0}),
-    ("custom_scale", (2, 4, 2, 33, 47, 64), {"scale": 0.3}),
+    ("custom_scale", (2, 6, 2, 33, 47, 64), {"scale": 0.3}),
     ("causal_square", (1, 2, 2, 130, 130, 64), {"causal": True}),
     ("causal_chunked_d128", (1, 2, 1, 40, 170, 128), {"causal": True}),
     ("causal_queries_past_keys", (1, 2, 2, 150, 60, 64), {"causal": True}),

@@ -1051,8 +1051,9 @@ def mask_causes(ctx, s, v):
                 yield Cause("key_tiles_end:-1", (
                     "the loop over key tiles stops one key short (the output matches kv_end = last_row + "
                     "(Nk - Nq)): kv_end must be one past the last key the tile's last row sees, kv_end = "
-                    "min(Nk, last_row + (Nk - Nq) + 1). Without the + 1, a key tile that starts at that "
-                    "last key never runs."))
+                    "min(Nk, last_row + (Nk - Nq) + 1), the + 1 kept and the clamp at Nk, not Nk - 1 (the "
+                    "last query tile's bound is Nk itself). Short by one, a key tile that starts at that last "
+                    "key never runs."))
             # The loop over key tiles one whole tile short of where it should end.
             lim = np.minimum(i + offset + 1, np.maximum(tile_limits(n_q, n_k, bm, bn, lambda f, last: last) - bn, 0))
             if matches(ctx, *attend(s, v, visible_where(n_q, n_k, np.maximum(lim, 0)))):

@@ -28,7 +28,7 @@ SHAPES = [  # name, (B, H, Hkv, Nq, Nk, d), extra. The solution's tiles: 128 key
     ("causal_gqa", (1, 4, 2, 50, 120, 64), {"causal": True}),
     # Two sequences of a GQA group: every offset of a batch (b · H + h for Q and dQ, b · Hkv + h_kv for
     # K, V, dK and dV) is used with b > 0.
-    ("batch_2_gqa", (2, 4, 2, 20, 70, 64), {}),
+    ("batch_2_gqa", (2, 6, 2, 20, 70, 64), {}),
     ("bf16_tile_plus_1", (1, 1, 1, 65, 129, 64), {"dtype": "bfloat16"}),
     ("bf16_gqa_causal_d128", (1, 4, 2, 65, 129, 128), {"dtype": "bfloat16", "causal": True}),
     ("bf16_scores_far_below_zero", (1, 2, 1, 21, 70, 128), {"dtype": "bfloat16", "shift": -150.0}),

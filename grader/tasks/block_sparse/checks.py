@@ -28,7 +28,7 @@ CASES = [
     _case("random_30", 2, 2, 2, 192, 256, 32, "random", density=0.3),
     _case("random_60", 1, 3, 3, 200, 180, 64, "random", density=0.6),
     _case("local_window", 1, 2, 2, 256, 256, 32, "local", window=64),
-    _case("strided_global", 1, 2, 1, 150, 320, 32, "strided", stride=3),
+    _case("strided_global", 1, 3, 1, 150, 320, 32, "strided", stride=3),      # a group of 3 heads
     # Mask blocks that are not the tiles: partial tiles and the per-element test.
     _case("blocks_32x32", 1, 2, 2, 128, 160, 32, "random", mb_m=32, mb_n=32, density=0.4),
     _case("blocks_16x48", 1, 1, 1, 96, 150, 32, "random", mb_m=16, mb_n=48, density=0.5),
@@ -39,6 +39,11 @@ CASES = [
     # Mask blocks of 4 x 4 under a window: 256 of them in one tile, all kept near the diagonal (a count
     # of a tile's blocks reaches 256 and more).
     _case("blocks_4x4_local", 1, 1, 1, 160, 160, 32, "local", mb_m=4, mb_n=4, window=96),
+    # Mask blocks of 4 x 4, all kept but every other one of the last block row of each 64 rows: a tile's
+    # dropped blocks are the last of its 256 (a count that stops early calls the tile fully kept).
+    _case("blocks_4x4_late_holes", 1, 1, 1, 128, 128, 32, "late_holes", mb_m=4, mb_n=4),
+    # ... and the opposite, only those kept: a count that stops early finds none and skips the tile.
+    _case("blocks_4x4_late_only", 1, 1, 1, 128, 128, 32, "late_only", mb_m=4, mb_n=4),
     # Composed with causal (bottom-right).
     _case("causal_local", 1, 2, 2, 256, 256, 32, "local", window=100, causal=True),
     _case("causal_blocks", 1, 1, 1, 200, 200, 32, "causal_blocks", mb_m=32, mb_n=32, causal=True),

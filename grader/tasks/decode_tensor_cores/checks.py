@@ -28,9 +28,12 @@ CASES = [
     # Key 2 scoring about +150 over the rest, then 400 more keys in the same split: every later stage's max
     # lies far below the running max.
     C("early_key_dominates", dict(_, lens="400/37", num_splits=1, hot_key=2, hot=150.0, dtype="bfloat16")),
+    # Key 375 scoring about +150 over the rest, late in one split: the warps' merge must scale by the
+    # block's max, not the first warp's (exp(> 88) = inf).
+    C("late_key_dominates", dict(_, lens="400/37", num_splits=1, hot_key=375, hot=150.0, dtype="bfloat16")),
     C("large_logits", dict(_, T=2, lens="120/9", logit=50.0, num_splits=3, dtype="bfloat16")),
     C("scores_far_below_zero", dict(_, lens="150/7", shift=-150.0, num_splits=4)),
-    C("custom_scale", dict(_, T=2, lens="97/53", scale=0.3, d=128)),
+    C("custom_scale", dict(_, T=2, H=6, lens="97/53", scale=0.3, d=128)),
 ]
 # The tolerance of a case is computed from its inputs (tolerances); these are the loosest ones a
 # float16 case can get, stated for the tools that list a module's tolerances.

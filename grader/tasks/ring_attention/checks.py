@@ -47,7 +47,7 @@ SHAPES = [  # name, (P, B, H, Hkv, N, d), extra
     ("training_step_causal_d128", (2, 1, 2, 2, 20, 128), {"backward": True, "causal": True}),
     # Two sequences of a GQA group: every batch offset of the slices, the merges and the gradients'
     # sums is used with b > 0.
-    ("batch_2_gqa_three_ranks", (3, 2, 4, 2, 27, 64), {"causal": True}),
+    ("batch_2_gqa_three_ranks", (3, 2, 6, 2, 27, 64), {"causal": True}),
     ("training_step_batch_2_gqa", (2, 2, 4, 2, 24, 64), {"backward": True}),
 ]
 CASES = [Case(name, dict(dict(zip(("P", "B", "H", "Hkv", "N", "d"), shape)),

@@ -40,9 +40,12 @@ CASES = [
     # Key 2 scoring about +150 over the rest, in the first steps of one split of 300 keys: every later
     # step's max lies far below the running max (exp of the difference overflows if the max is not kept).
     C("early_key_dominates", dict(B=2, H=4, Hkv=2, d=64, lens="300/37", num_splits=1, hot_key=2, hot=150.0)),
+    # Key 299 (the last) scoring about +150 over the rest, late in one split: the warps' merge must scale by the
+    # block's max, not the first warp's (exp(> 88) = inf).
+    C("late_key_dominates", dict(B=2, H=4, Hkv=2, d=64, lens="300/37", num_splits=1, hot_key=299, hot=150.0)),
     C("long_context", dict(B=1, H=8, Hkv=2, d=128, lens="509")),
     # Not 1/sqrt(d): a kernel that computes its own scale instead of using the argument fails here.
-    C("custom_scale", dict(B=2, H=4, Hkv=2, d=64, lens="97/53", scale=0.3)),
+    C("custom_scale", dict(B=2, H=6, Hkv=2, d=64, lens="97/53", scale=0.3)),
 ]
 TOLERANCES = {"o": F32, "lse": F32}
 # Rerun every launch's blocks last-first on the emulator: each row of o belongs to one combine block,

@@ -33,7 +33,7 @@ CASES = [
     C("head_dim_128", dict(B=2, H=2, Hkv=2, d=128, lens="70/130", lens_k="130/130", causal=True)),
     C("large_logits", dict(B=2, H=2, Hkv=2, d=64, lens="40/77", logit=50.0)),
     # Not 1/sqrt(d): a kernel that computes its own scale instead of using the argument fails here.
-    C("custom_scale", dict(B=2, H=4, Hkv=2, d=64, lens="33/47", scale=0.3)),
+    C("custom_scale", dict(B=2, H=6, Hkv=2, d=64, lens="33/47", scale=0.3)),
     # Broken offsets: the launcher must refuse them before launching anything.
     C("bad_cu_seqlens_decreasing", dict(B=3, H=1, Hkv=1, d=32, lens="5/3/4", bad="decreasing")),
     C("bad_cu_seqlens_last_entry", dict(B=2, H=1, Hkv=1, d=32, lens="5/3", bad="last_entry")),
