@@ -28,7 +28,8 @@ SIXTEEN_BIT = ("q", "k", "v", "o", "do")
 
 def backward_lowp_inputs(p: dict, rng: np.random.Generator) -> dict:
     """q, k, v rounded to p["dtype"]; o (rounded) and lse (float32) from the float64 forward on the
-    rounded inputs, as a forward kernel hands them over; dO random, rounded; scale; causal."""
+    rounded inputs, as a forward kernel hands them over; dO random (times p["do_scale"], a loss scale),
+    rounded; scale; causal."""
     dtype = p["dtype"]
     x = attention_inputs(p, rng)
     for name in ("q", "k", "v"):
@@ -37,7 +38,7 @@ def backward_lowp_inputs(p: dict, rng: np.random.Generator) -> dict:
     causal = bool(p.get("causal", False))
     o, lse = R.attention(q, k, v, x["scale"], causal=causal)
     x.update(o=lowp.encode(o, dtype), lse=lse.astype(np.float32), causal=causal,
-             do=lowp.encode(rng.standard_normal(o.shape), dtype))
+             do=lowp.encode(rng.standard_normal(o.shape) * p.get("do_scale", 1.0), dtype))
     return x
 
 

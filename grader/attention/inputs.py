@@ -51,6 +51,9 @@ def attention_shapes(*, d_list=(32, 64, 96, 128)) -> list[Case]:
         ("long", dict(B=1, H=2, Hkv=1, Nq=129, Nk=257, d=64)),
         # Not 1/sqrt(d): a kernel that computes its own scale instead of using the argument fails here.
         ("custom_scale", dict(B=2, H=6, Hkv=2, Nq=33, Nk=47, d=64, scale=0.3)),
+        # A negative scale (the softmax then favours the least similar keys): legal for these modules,
+        # and it turns a -INFINITY set before the scaling into +inf (masking comes after the scale).
+        ("negative_scale", dict(B=1, H=1, Hkv=1, Nq=20, Nk=45, d=32, scale=-0.2)),
         # Every score of every row near -150: exp(s) underflows unless the row's own max is subtracted
         # (a running max seeded at 0 instead of -INFINITY gives 0/0 here and nowhere else).
         ("scores_far_below_zero", dict(B=1, H=2, Hkv=1, Nq=21, Nk=70, d=64, shift=-150.0)),

@@ -38,6 +38,10 @@ SHAPES = [  # name, (B, H, Hkv, Nq, Nk, d), extra; tile edges of 06 (128 × 64) 
     ("bf16_tile_plus_1", (1, 1, 1, 129, 65, 64), {"dtype": "bfloat16"}),
     ("bf16_gqa_causal_d128", (2, 4, 2, 65, 129, 128), {"dtype": "bfloat16", "causal": True}),
     ("bf16_large_logits", (1, 2, 2, 40, 77, 64), {"dtype": "bfloat16", "logit": 50.0}),
+    # Nearly flat scores over 1100 keys whose values sit near 100 in half the features: o is about 100
+    # there, but the unnormalised sum P V about 110000, past float16's 65504 (an accumulator rounded to
+    # float16 before 1/l is inf there, and right in the other half).
+    ("values_near_100_flat", (1, 1, 1, 20, 1100, 64), {"flat": True, "v_offset": 100.0}),
 ]
 CASES = [Case(name, dict(dict(zip(("B", "H", "Hkv", "Nq", "Nk", "d"), shape)),
                          **{"dtype": "float16", "causal": False, **extra}))
@@ -56,6 +60,11 @@ def valid(p) -> bool:
 
 def make_inputs(p, rng):
     x = attention_inputs(p, rng)
+    if p.get("flat"):                 # scores within about 1e-3 of each other: P nearly 1 for every key
+        x["q"] = x["q"] * 1e-3
+    if p.get("v_offset"):             # the first half of the features only: the others stay small
+        x["v"] = x["v"].copy()
+        x["v"][..., : x["v"].shape[-1] // 2] += p["v_offset"]
     for name in ("q", "k", "v"):
         x[name] = lowp.encode(x[name], p["dtype"])
     return x

@@ -229,14 +229,40 @@ def format_compiler_log(log: str) -> str:
     return "\n".join(out)
 
 
-def compile_error_message(e: CompileError) -> str:
-    """What failed (the first line of the CompileError), then the compiler's errors."""
+_TOO_MUCH_SHARED = re.compile(r"uses too much shared data \((0x[0-9a-fA-F]+) bytes, (0x[0-9a-fA-F]+) max\)")
+
+
+def compile_error_message(e: CompileError, path: Path | None = None) -> str:
+    """What failed (the first line of the CompileError), then the compiler's errors; where ptxas
+    refuses a kernel's static shared memory (a message with no line), the student's file's static
+    __shared__ declarations, with their lines."""
     log = getattr(e, "log", "") or ""
     text = str(e)
     if not log:
         return text
     head = text[: len(text) - len(log)].rstrip("\n")
-    return f"{head}\n{format_compiler_log(log)}"
+    log = log.replace("\x00", "")         # NVRTC's log on a GPU may hold a NUL byte
+    return f"{head}\n{format_compiler_log(log)}" + _static_shared_lines(log, path)
+
+
+def _static_shared_lines(log: str, path: Path | None) -> str:
+    m = _TOO_MUCH_SHARED.search(log)
+    if m is None or path is None:
+        return ""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return ""
+    decls = [f"  line {n}: {t.strip()}" for n, t in enumerate(lines, 1)
+             if re.search(r"(?<!extern )__shared__\s+(?!.*\[\s*\])", t) and not t.lstrip().startswith(("//", "#"))
+             and "extern" not in t]
+    used, limit = int(m.group(1), 16), int(m.group(2), 16)
+    where = (f"; {Path(path).name} declares these static __shared__ arrays:\n" + "\n".join(decls[:12])
+             if decls else ".")
+    return (f"\nThe kernel's static shared memory, {used} bytes, is more than the {limit} bytes a kernel may "
+            f"declare statically{where}\nAn array's bytes are the product of its dimensions times its element's "
+            "size: check each against what the kernel uses. Past that limit a buffer must be dynamic "
+            "(extern __shared__, sized by the launch's shared_mem, opted in with max_dynamic_shared_size_bytes).")
 
 
 def untouched(ex: Exercise, path: Path) -> list | None:
@@ -358,7 +384,7 @@ def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | Non
         outs = task.call(fn, rt, device_inputs, case.params)
         rt.synchronize()
     except CompileError as e:
-        res.kind, res.message = "compile_error", compile_error_message(e)
+        res.kind, res.message = "compile_error", compile_error_message(e, path)
         return res
     except RankStall as e:               # GPU ranks that went silent: a time limit, which the emulator decides
         res.kind, res.message = "timeout", cited(str(e), path)

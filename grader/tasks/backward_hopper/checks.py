@@ -29,6 +29,9 @@ SHAPES = [  # name, (B, H, Hkv, Nq, Nk, d), extra. The solution's tiles: 128 key
     # Two sequences of a GQA group: every offset of a batch (b · H + h for Q and dQ, b · Hkv + h_kv for
     # K, V, dK and dV) is used with b > 0.
     ("batch_2_gqa", (2, 6, 2, 20, 70, 64), {}),
+    # dO scaled by 1024, as float16 training's loss scaling does: every gradient still fits float16
+    # (65504), but dSᵀ Q before its scale does not; a gradient rounded to float16 before the scale is inf.
+    ("loss_scaled_grads", (1, 1, 1, 400, 3, 128), {"do_scale": 1024.0}),
     ("bf16_tile_plus_1", (1, 1, 1, 65, 129, 64), {"dtype": "bfloat16"}),
     ("bf16_gqa_causal_d128", (1, 4, 2, 65, 129, 128), {"dtype": "bfloat16", "causal": True}),
     ("bf16_scores_far_below_zero", (1, 2, 1, 21, 70, 128), {"dtype": "bfloat16", "shift": -150.0}),

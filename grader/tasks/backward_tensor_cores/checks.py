@@ -32,6 +32,9 @@ SHAPES = [  # name, (B, H, Hkv, Nq, Nk, d), extra. The solution's tiles: 64 or 3
     # Nq > Nk over whole key tiles: rows 0 .. 69 see no key (lse = -inf, gradients 0).
     ("causal_queries_past_key_tiles", (1, 1, 1, 200, 130, 64), {"causal": True}),
     ("causal_gqa", (1, 4, 2, 50, 120, 64), {"causal": True}),
+    # dO scaled by 1024, as float16 training's loss scaling does: every gradient still fits float16
+    # (65504), but dSᵀ Q before its scale does not; a gradient rounded to float16 before the scale is inf.
+    ("loss_scaled_grads", (1, 1, 1, 400, 3, 128), {"do_scale": 1024.0}),
     ("bf16_tile_plus_1", (1, 1, 1, 65, 129, 64), {"dtype": "bfloat16"}),
     ("bf16_gqa_causal_d128", (1, 4, 2, 65, 129, 128), {"dtype": "bfloat16", "causal": True}),
     ("bf16_large_logits", (1, 2, 2, 40, 77, 64), {"dtype": "bfloat16", "logit": 50.0}),

@@ -10,6 +10,9 @@ from ...spec import F32, Case, Cause
 
 CASES = attention_shapes() + [
     Case("n_256", dict(B=1, H=1, Hkv=1, Nq=256, Nk=256, d=64)),
+    # A head dim that is not a multiple of 4: the naive kernels take any d (a dot product unrolled by 4
+    # must finish the last d % 4 features).
+    Case("head_dim_33", dict(B=1, H=2, Hkv=1, Nq=9, Nk=17, d=33)),
     # Scores near ±150: expf overflows past 88.7 unless the row max is subtracted first.
     Case("huge_logits", dict(B=1, H=1, Hkv=1, Nq=20, Nk=33, d=32, logit=150.0)),
 ]
