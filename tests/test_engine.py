@@ -288,6 +288,23 @@ def test_compiler_errors_come_first_and_warnings_are_folded():
     assert compile_error_message(CompileError("failed:", "something odd")) == "failed:\nsomething odd"
 
 
+def test_static_shared_memory_past_the_limit_names_the_files_shared_declarations(tmp_path):
+    """ptxas refuses too much static shared memory with no line (blind batch 52's 04): the message
+    lists the file's static __shared__ declarations with their lines, not the dynamic one."""
+    from grader.engine.runner import compile_error_message
+    from grader.errors import CompileError
+    src = tmp_path / "attempt.py"
+    src.write_text('KERNEL = r"""\n__global__ void k() {\n    __shared__ float4 acc_s[4][16][128];\n'
+                   '    extern __shared__ float dyn[];\n    // __shared__ in a comment\n}\n"""\n')
+    log = ("ptxas error   : Entry function 'k' uses too much shared data (0x10100 bytes, 0xc000 max)\n\x00\n")
+    msg = compile_error_message(CompileError("the kernel did not compile (NVRTC):", log), src)
+    assert "65792 bytes, is more than the 49152 bytes" in msg
+    assert "line 3: __shared__ float4 acc_s[4][16][128];" in msg
+    assert "float dyn[]" not in msg and "in a comment" not in msg and "\x00" not in msg
+    # Any other compiler error is left as it was.
+    assert "declares" not in compile_error_message(CompileError("failed:", "something odd"), src)
+
+
 def test_a_kernel_that_does_not_compile_is_one_block_with_the_compilers_error(tmp_path, capsys, monkeypatch):
     from grader.runtimes.cpu import nvrtc
     monkeypatch.setenv("GRADER_STATE_DIR", str(tmp_path / "state"))

@@ -246,6 +246,8 @@ def compile_error_message(e: CompileError, path: Path | None = None) -> str:
 
 
 def _static_shared_lines(log: str, path: Path | None) -> str:
+    """ptxas's 'uses too much shared data' names no line: the static __shared__ declarations of the
+    student's file, with their lines (comments and extern __shared__ left out), or ''."""
     m = _TOO_MUCH_SHARED.search(log)
     if m is None or path is None:
         return ""
@@ -254,8 +256,7 @@ def _static_shared_lines(log: str, path: Path | None) -> str:
     except OSError:
         return ""
     decls = [f"  line {n}: {t.strip()}" for n, t in enumerate(lines, 1)
-             if re.search(r"(?<!extern )__shared__\s+(?!.*\[\s*\])", t) and not t.lstrip().startswith(("//", "#"))
-             and "extern" not in t]
+             if "__shared__" in t and "extern" not in t and not t.lstrip().startswith(("//", "#"))]
     used, limit = int(m.group(1), 16), int(m.group(2), 16)
     where = (f"; {Path(path).name} declares these static __shared__ arrays:\n" + "\n".join(decls[:12])
              if decls else ".")
