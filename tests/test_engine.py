@@ -329,7 +329,8 @@ def naive_attention(rt, q, k, v, scale):
     assert "✗ the kernel did not compile" in out
     assert f"attempt.py:{line}:" in out and "undefined_var" in out
     assert "[not run]" not in out and "one_query_one_key" not in out   # no table of cases that never ran
-    assert "0 passed, 1 failed, 18 not run" in out
+    from grader.engine.runner import select_cases
+    assert f"0 passed, 1 failed, {len(select_cases(catalogue.resolve('00'))) - 1} not run" in out
     if nvrtc.available():
         assert "(1 warning not shown)" in out and "unused" not in out
 
