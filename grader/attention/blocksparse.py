@@ -239,18 +239,14 @@ def block_mask_for(p: dict, rng: np.random.Generator) -> np.ndarray:
                       | global_tokens(n_q, n_k, block, p.get("n_global", block[1])), B, H)
     elif pattern == "causal_blocks":
         m = for_heads(causal_blocks(n_q, n_k, block), B, H)
-    elif pattern == "late_holes":
-        # Every block kept but every other one of the last block row of each 64 query rows: a tile's
-        # only dropped blocks are its last mask cells, which a scan that stops early never reads.
-        m = np.ones(shape, np.uint8)
+    elif pattern in ("late_holes", "late_only"):
+        # Every other block of the last block row of each 64 query rows, a tile's last mask cells: the
+        # only ones dropped (late_holes) or the only ones kept (late_only). A scan that stops early
+        # never reads them, so it calls the first tile fully kept and skips the second.
+        late = np.zeros(shape, bool)
         last = max(64 // block[0], 1) - 1
-        m[:, :, last::last + 1, 1::2] = 0
-    elif pattern == "late_only":
-        # The opposite: only every other block of the last block row of each 64 query rows is kept, so
-        # a scan that stops early finds nothing kept in a tile that has some.
-        m = np.zeros(shape, np.uint8)
-        last = max(64 // block[0], 1) - 1
-        m[:, :, last::last + 1, 1::2] = 1
+        late[:, :, last::last + 1, 1::2] = True
+        m = (late if pattern == "late_only" else ~late).astype(np.uint8)
     else:
         raise ValueError(f"unknown mask pattern {pattern!r} (one of {PATTERNS})")
     # Any nonzero byte means kept: the kernel must test != 0, not == 1. Half the kept bytes are 1 and

@@ -12,8 +12,9 @@ def attention_inputs(p: dict, rng: np.random.Generator) -> dict:
     p["logit"] (optional) scales q and k so the scaled scores reach about ±logit: large logits
     expose a softmax that forgets to subtract the max. p["shift"] (optional) moves every score by
     about shift (see shifted). p["hot_key"], p["hot"] (optional): key hot_key of every sequence and
-    head scores about hot above the others for every query (as hot_key does for decode). p["scale"]
-    (optional) replaces 1/sqrt(d).
+    head scores about hot above the others for every query (as hot_key does for decode). p["flat"]
+    (optional) shrinks q so that every score is within about 1e-3 of 0; p["v_offset"] (optional) is
+    added to the first half of v's features. p["scale"] (optional) replaces 1/sqrt(d).
     """
     B, H, Hkv, n_q, n_k, d = (p[key] for key in ("B", "H", "Hkv", "Nq", "Nk", "d"))
     q = rng.standard_normal((B, H, n_q, d))
@@ -27,6 +28,10 @@ def attention_inputs(p: dict, rng: np.random.Generator) -> dict:
         q, k = shifted(q, k, p["shift"], rng)
     if p.get("hot"):              # key hot_key of every batch and kv head
         q, k = hot_key(q, k, [(slice(None), slice(None), p["hot_key"])], p, rng)
+    if p.get("flat"):             # scores within about 1e-3 of each other: P nearly 1 for every key
+        q = q * 1e-3
+    if p.get("v_offset"):         # added to the first half of the features; the others stay small
+        v[..., : d // 2] += p["v_offset"]
     scale = p.get("scale", 1.0 / np.sqrt(d))      # a case may set it: a kernel must use its argument
     return {"q": q.astype(np.float32), "k": k.astype(np.float32), "v": v.astype(np.float32),
             "scale": float(scale)}
