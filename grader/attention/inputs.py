@@ -13,7 +13,8 @@ def attention_inputs(p: dict, rng: np.random.Generator) -> dict:
     expose a softmax that forgets to subtract the max. p["shift"] (optional) moves every score by
     about shift (see shifted). p["hot_key"], p["hot"] (optional): key hot_key of every sequence and
     head scores about hot above the others for every query (as hot_key does for decode). p["flat"]
-    (optional) shrinks q so that every score is within about 1e-3 of 0; p["v_offset"] (optional) is
+    (optional) shrinks q so that every score is within about 1e-3 of 0; p["hot_rows"] (optional): query
+    row i's own key scores about hot_rows above its others (see hot_rows); p["v_offset"] (optional) is
     added to the first half of v's features. p["scale"] (optional) replaces 1/sqrt(d).
     """
     B, H, Hkv, n_q, n_k, d = (p[key] for key in ("B", "H", "Hkv", "Nq", "Nk", "d"))
@@ -28,6 +29,8 @@ def attention_inputs(p: dict, rng: np.random.Generator) -> dict:
         q, k = shifted(q, k, p["shift"], rng)
     if p.get("hot"):              # key hot_key of every batch and kv head
         q, k = hot_key(q, k, [(slice(None), slice(None), p["hot_key"])], p, rng)
+    if p.get("hot_rows"):         # each row its own hot key, every column of a 64-key tile someone's
+        q, k = hot_rows(q, k, p["hot_rows"], p.get("scale", 1.0 / np.sqrt(d)), rng)
     if p.get("flat"):             # scores within about 1e-3 of each other: P nearly 1 for every key
         q = q * 1e-3
     if p.get("v_offset"):         # added to the first half of the features; the others stay small
@@ -66,6 +69,9 @@ def attention_shapes(*, d_list=(32, 64, 96, 128)) -> list[Case]:
         # bug that fails here and below zero alike (a rescale computed as a ratio of exponentials, say)
         # is told apart from the max seeded at 0, which is right here.
         ("scores_far_above_zero", dict(B=1, H=2, Hkv=1, Nq=21, Nk=70, d=64, shift=150.0)),
+        # Each row's own key scores about 200 above the rest, a different column of a 64-key tile for
+        # each of 64 rows: a key left out of a row's max (one column of a thread's, say) overflows exp.
+        ("hot_key_every_column", dict(B=1, H=2, Hkv=1, Nq=64, Nk=128, d=64, hot_rows=200.0)),
     ]
     return [Case(name, p) for name, p in raw if p["d"] in d_list]
 
@@ -116,6 +122,25 @@ def decode_qkv(p, rng, n_keys_shape):
     if p.get("shift"):
         q, k = shifted(q, k, p["shift"], rng)
     return q.astype(np.float32), k.astype(np.float32), v
+
+
+def hot_rows(q, k, hot: float, scale: float, rng: np.random.Generator):
+    """q and k where query row i (of every batch and head) scores about `hot` above its other keys at
+    its own key, j = (i % n) · 65 % Nk with n = min(Nq, Nk, d) orthonormal directions, one per hot key:
+    with Nk = 128 and n = 64 the hot keys are 64 different keys, one in every column of a 64-key tile.
+    With hot past 88.7, exp of the hot key minus a max that left it out overflows: a score left out of
+    a row's max anywhere in a tile shows, whichever column it is in."""
+    n_q, n_k, d = q.shape[2], k.shape[2], q.shape[3]
+    n = min(n_q, n_k, d)
+    u = np.linalg.qr(rng.standard_normal((d, d)))[0][:, :n].T     # n orthonormal directions
+    a = np.sqrt(hot / abs(scale))                                 # scale · a² = hot
+    keys = (np.arange(n) * 65) % n_k
+    if len(set(keys.tolist())) < n:           # a shrunk shape: n distinct keys still, in order
+        keys = np.arange(n)
+    q, k = q.copy(), k.copy()
+    q += a * np.sign(scale) * u[np.arange(n_q) % n][None, None]
+    k[:, :, keys] += a * u[None, None]
+    return q, k
 
 
 def shifted(q, k, shift: float, rng: np.random.Generator):

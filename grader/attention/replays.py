@@ -1376,8 +1376,18 @@ def split_causes(ctx, kv_cache_fn):
                      ("combine:max_first_32", bool(np.isfinite(lse_part[..., 32:]).any() or probe),
                       np.max(lse_part[..., :32], axis=-1), None))
         for cid, applies, mx, text in maxes:
-            if applies and cid not in named and matches(ctx, *combine_max_of(o_part, lse_part, mx)):
+            alt = combine_max_of(o_part, lse_part, mx) if applies and cid not in named else None
+            if alt is not None and matches(ctx, *alt):
                 named.add(cid)
+                if cid == "combine:max_zero" and not np.isfinite(alt[0][np.isfinite(ctx.ref["o"])]).any():
+                    # 0/0 in every row: any running max seeded at 0 gives that when every score is far
+                    # below 0, the partial kernel's (its warps' merge, say) as well as the combine's.
+                    text = (f"a running max starts at 0 instead of -INFINITY (the output matches the "
+                            f"combine's lse_max seeded at 0, with {split_words(chunk, lens)}, and so would a "
+                            "max seeded at 0 in the partial kernel, such as its warps' merge: every row is "
+                            "0/0 = NaN either way): where every score lies far below 0, exp(x - 0) "
+                            "underflows to 0 in float32 and the sum is 0. Seed every running max with "
+                            "-INFINITY, so that it is the largest of what it merges.")
                 yield Cause(cid, text or max_prefix_text(ctx, o_part, lse_part, split_words(chunk, lens)))
         if "reduce:lse_max_lanes" not in named:
             # lse_max not the same on every lane: never reduced (each lane's own splits), or reduced

@@ -207,3 +207,29 @@ def softmax_rows_observation(ctx, x, y_name: str = "y"):
     text = summarise(kinds, y_name)
     if text:
         yield Seen(text)
+
+
+def dominant_column_observation(ctx, s, visible=None, tile: int = 64, margin: float = 20.0):
+    """Where every row's softmax is one key (its largest score above the rest by `margin` or more), and
+    the wrong rows are exactly those whose key lies in some columns of a `tile`-key tile: say which."""
+    from ..spec import Seen
+    from .blocksparse import bad_row_mask
+    if visible is not None:
+        s = np.where(visible, s, -np.inf)
+    if s.shape[-1] < 2 or not np.isfinite(s).any(axis=-1).all():
+        return
+    top2 = np.sort(s, axis=-1)[..., -2:]
+    with np.errstate(invalid="ignore"):
+        dominant = (top2[..., 1] - top2[..., 0]) >= margin
+    bad = bad_row_mask(ctx)
+    if bad.sum() < 3 or (~bad).sum() < 3 or not dominant.all():
+        return
+    col = np.argmax(s, axis=-1) % tile
+    cols_bad, cols_good = set(col[bad].tolist()), set(col[~bad].tolist())
+    if cols_bad & cols_good or len(cols_bad) > tile // 2:
+        return
+    listed = sorted(cols_bad)
+    words = ", ".join(map(str, listed[:-1])) + (" or " if len(listed) > 1 else "") + str(listed[-1])
+    yield Seen(f"every row's softmax here is one key (its largest score {margin:g} or more above the rest), "
+               f"and the wrong rows are exactly those whose key lies in column {words} of a {tile}-key "
+               f"tile (key index mod {tile}); every row whose key lies in another column is right.")

@@ -142,7 +142,7 @@ def observations(ctx: Context):
                     where = (f", on the rows whose lse exceeds 88.7 (this case's reaches {top:.0f}; expf(x) is "
                              "inf in float32 for x > 88.7)")
                 elif top <= 80:
-                    where = f"; this case's scores are small (the lse is at most {top:.1f}), so expf cannot overflow"
+                    where = f"; this case's scores are small (the lse is at most {top:.4g}), so expf cannot overflow"
             rows = _rows(computed & ~np.isfinite(got)) if got.ndim >= 2 else None
             whole = ""
             if rows is not None and rows.any() and not _rows(np.isfinite(got) & np.isfinite(want))[rows].any():

@@ -29,6 +29,10 @@ CASES = attention_shapes() + [
     # Nq > Nk with whole key tiles: the second query tile's diagonal starts inside key tile 0, which
     # is full, so only a diagonal test that includes the offset gives it the per-element mask.
     Case("queries_past_key_tiles", dict(B=1, H=1, Hkv=1, Nq=200, Nk=130, d=32)),
+    # Offset 62 (64 - 2) with whole key tiles: each query tile's first row sees exactly up to one key
+    # before a key tile's last, so a diagonal test one key too lenient lets it see that last key.
+    # No case above has offset 62 modulo 64.
+    Case("offset_62", dict(B=1, H=1, Hkv=1, Nq=66, Nk=128, d=32)),
 ]
 TOLERANCES = {"o": F32, "lse": F32}
 
@@ -49,3 +53,4 @@ def diagnose(ctx):
     yield from replays.prefill_causes(ctx, s, v, visible)
     yield from lanes.partial_l_guard_causes(ctx, s, v, visible)
     yield from weights.observation(weights.prefill_rows(ctx, s, v, visible))
+    yield from weights.dominant_column_observation(ctx, s, visible)

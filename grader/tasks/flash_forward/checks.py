@@ -31,3 +31,4 @@ def diagnose(ctx):
     yield from lanes.store_layout_causes(ctx)
     yield from lanes.shared_p_causes(ctx, s, v)
     yield from weights.observation(weights.prefill_rows(ctx, s, v))
+    yield from weights.dominant_column_observation(ctx, s, None)

@@ -6,7 +6,7 @@ import itertools
 import numpy as np
 
 from ...attention import references as R, replays, weights
-from ...spec import F32, Case, Cause
+from ...spec import F32, Case, Cause, Seen
 
 CASES = [
     Case("one_element", dict(R=1, n=1)),
@@ -27,6 +27,9 @@ CASES = [
     # Small integers: maxima tie everywhere (two lanes' states with the same m, a row of one value), as
     # low-precision scores do; a merge that tests m2 > m and m2 < m but not equality drops a sum.
     Case("tied_maxima", dict(R=6, n=100, integers=True)),
+    # Finite values at or below a soft mask's -1e30, down to float32's lowest: such a row is not masked
+    # (its softmax is spread over its entries), so only m == -INFINITY may mean "no visible entry".
+    Case("soft_masked_rows", dict(R=6, n=70, soft_mask=True)),
     Case("many_rows", dict(R=257, n=128)),
     Case("long_rows", dict(R=4, n=4099)),
 ]
@@ -46,6 +49,23 @@ def make_inputs(p, rng):
         x[:, 0] = rng.standard_normal(p["R"])       # keep at least one visible entry per row
     if p.get("masked_stride"):
         x[:, ::p["masked_stride"]] = -np.inf
+    if p.get("soft_mask"):
+        # Row r takes pattern r % 6 (any R and n a shrunk case has): every entry the soft mask (y =
+        # 1/n); every entry float32's lowest; half of the row the lowest, half normal; entries far
+        # apart at -1e30's scale (y one-hot); every other entry the soft mask; a normal row.
+        lowest, n = float(np.finfo(np.float32).min), p["n"]
+        for r in range(p["R"]):
+            kind = r % 6
+            if kind == 0:
+                x[r] = -1e30
+            elif kind == 1:
+                x[r] = lowest
+            elif kind == 2:
+                x[r, : n // 2] = lowest
+            elif kind == 3:
+                x[r] = -1e30 * (1.0 + 1e-3 * rng.random(n))
+            elif kind == 4:
+                x[r, 1::2] = -1e30
     if p.get("masked_rows"):
         x[rng.choice(p["R"], min(p["masked_rows"], p["R"]), replace=False)] = -np.inf
     return {"x": x.astype(np.float32)}
@@ -131,9 +151,25 @@ def _replayed(x, start, m_kind, l_kind, rescale=(True, True), guard=True, l_from
     return y, lse
 
 
+def finite_rows_as_masked(ctx, x):
+    """Rows of finite entries that came out as a fully masked row does (y = 0, lse = -inf)."""
+    y, lse = np.asarray(ctx.out["y"], np.float64), np.asarray(ctx.out["lse"], np.float64)
+    as_masked = np.isneginf(lse) & (y == 0).all(axis=-1) & np.isfinite(ctx.ref["lse"])
+    if as_masked.any():
+        rows = np.flatnonzero(as_masked)
+        top = x[rows].max(axis=-1)
+        largest = (f"whose largest entry is {top[0]:.3g}" if top.min() == top.max() else
+                   f"whose largest entries lie between {top.min():.3g} and {top.max():.3g}")
+        yield Seen(f"{len(rows)} row(s) with a finite entry came out as a fully masked row does (y = 0, "
+                   f"lse = -inf): row{'s' if len(rows) > 1 else ''} {', '.join(map(str, rows[:8]))}"
+                   f"{' ...' if len(rows) > 8 else ''}, {largest}. Only a row whose every entry is -inf has "
+                   "no visible entry; a finite one, however low, is visible.")
+
+
 def diagnose(ctx):
     from ...attention.replays import matches, rel
     x = np.asarray(ctx.inputs["x"], np.float64)
+    yield from finite_rows_as_masked(ctx, x)
     for start, m_kind, l_kind in ((16, "down", "down"), (16, "down", "xor"), (16, "xor", "down"),
                                   (8, "xor", "xor"), (4, "xor", "xor"), (2, "xor", "xor"), (1, "xor", "xor")):
         y_alt, lse_alt = _replayed(x, start, m_kind, l_kind)
