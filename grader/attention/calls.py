@@ -5,6 +5,8 @@ context lengths, and a forced split count when a case gives one.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from . import references as R
 
 
@@ -13,8 +15,33 @@ def prefill_reference(inputs: dict, causal: bool = False) -> dict:
     return {"o": o, "lse": lse}
 
 
+def case_tiles(p: dict) -> dict:
+    """A case's tile sizes, {"BLOCK_M": m, "BLOCK_N": n} from its `tiles` ("64x32"), or {}."""
+    if not p.get("tiles"):
+        return {}
+    m, n = (int(x) for x in str(p["tiles"]).split("x"))
+    return {"BLOCK_M": m, "BLOCK_N": n}
+
+
+@contextmanager
+def tiles_of(fn, p: dict):
+    """A case with `tiles` ("64x32": BLOCK_M × BLOCK_N) runs the checked file with those tile sizes in
+    its CONFIG, as the lesson's one assignment does (CONFIG = dict(CONFIG, BLOCK_N=32)): the kernel
+    must be right at every tile size the lesson offers, not only at its file's own."""
+    config = getattr(fn, "__globals__", {}).get("CONFIG")
+    if not case_tiles(p) or not isinstance(config, dict):
+        yield
+        return
+    fn.__globals__["CONFIG"] = dict(config, **case_tiles(p))
+    try:
+        yield
+    finally:
+        fn.__globals__["CONFIG"] = config
+
+
 def prefill_call(fn, rt, inputs: dict, p: dict) -> dict:
-    o, lse = fn(rt, inputs["q"], inputs["k"], inputs["v"], inputs["scale"])
+    with tiles_of(fn, p):
+        o, lse = fn(rt, inputs["q"], inputs["k"], inputs["v"], inputs["scale"])
     return {"o": o, "lse": lse}
 
 

@@ -35,6 +35,9 @@ SHAPES = [  # name, (B, H, Hkv, Nq, Nk, d), extra; tile edges of 06 (128 × 64) 
     ("causal_queries_past_keys", (1, 2, 2, 150, 60, 64), {"causal": True}),
     # Nq > Nk over whole key tiles: query tile 1's diagonal starts inside the full key tile 0.
     ("causal_queries_past_key_tiles", (1, 1, 1, 260, 140, 64), {"causal": True}),
+    # An odd offset (17: 1 modulo the mma's 16 keys, where the cases above have 0, 2, 6 and 8): a skip
+    # of key blocks one block too eager drops the block holding a row's own last visible key.
+    ("causal_offset_17", (1, 1, 1, 80, 97, 64), {"causal": True}),
     ("bf16_tile_plus_1", (1, 1, 1, 129, 65, 64), {"dtype": "bfloat16"}),
     ("bf16_gqa_causal_d128", (2, 4, 2, 65, 129, 128), {"dtype": "bfloat16", "causal": True}),
     ("bf16_large_logits", (1, 2, 2, 40, 77, 64), {"dtype": "bfloat16", "logit": 50.0}),

@@ -34,10 +34,13 @@ def tiles(ctx, key: str) -> tuple[int, ...]:
 
 
 def kernel_config(config: dict | None, params: dict) -> dict:
-    """CONFIG as the kernel was compiled for this case: flat, or keyed by head dimension (06)."""
+    """CONFIG as the kernel was compiled for this case: flat, or keyed by head dimension (06), with a
+    case's own tile sizes (`tiles`, calls.tiles_of) in place of the file's."""
+    from .calls import case_tiles
     config = config or {}
     nested = config.get(params.get("d"))
-    return nested if isinstance(nested, dict) else config
+    config = nested if isinstance(nested, dict) else config
+    return dict(config, **case_tiles(params)) if case_tiles(params) else config
 
 # ---- prefill (modules 00, 02, 03) ----------------------------------------------------------------
 
@@ -953,10 +956,11 @@ def mask_causes(ctx, s, v):
                 yield Cause("mask:diagonal_test_late", (
                     f"some key tiles that straddle the diagonal run without the per-element test, and "
                     f"their first rows see keys above the diagonal (the output matches tiles of {bm} "
-                    f"queries × {bn} keys tested only when kv_start + BLOCK_N - 1 > q_last + offset; for a "
-                    "full query tile of square tiles that is the same as kv_start > q_start + offset). A "
+                    f"queries × {bn} keys tested only where their last key lies past what their LAST row "
+                    "sees: kv_start + BLOCK_N - 1 > q_last + offset gives that, and so can a test whose "
+                    "positions are shifted, such as packed positions where the sequence's own are due). A "
                     "tile needs the test when its LAST key lies past what its FIRST row sees: "
-                    "kv_start + BLOCK_N - 1 > q_start + offset."))
+                    "kv_start + BLOCK_N - 1 > q_start + offset, both counted from the sequence's start."))
             # The per-element test writing 0 where -INFINITY is due: in the tiles it runs in (the
             # diagonal ones and the last, partial one) the hidden keys score 0, the zero-filled
             # keys past Nk too (their v is 0).

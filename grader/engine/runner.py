@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..attention.calls import case_tiles
 from ..catalogue import Exercise
 from ..errors import CaseNotRunnable, CompileError, GraderError, KernelFault, LaunchError
 from ..runtimes.provenance import Ledger
@@ -362,6 +363,19 @@ def launch_site(message: str, exc: BaseException, path: Path) -> str:
 
 def run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | None = None,
              on_explain=None) -> CaseResult:
+    """Run one case (see _run_case); a failing case run at other tile sizes (`tiles`) says so first."""
+    res = _run_case(ex, case, fn, rt, seed, path, keep, on_explain)
+    tiles = case_tiles(case.params)
+    if tiles and not res.passed and res.kind != "not_run":
+        m, n = tiles["BLOCK_M"], tiles["BLOCK_N"]
+        res.message = (f"this case runs your file with BLOCK_M = {m} and BLOCK_N = {n} in CONFIG (CONFIG = "
+                       f"dict(CONFIG, BLOCK_M={m}, BLOCK_N={n})), tile sizes the lesson offers: the kernel must "
+                       "be right at those too.\n" + (res.message or ""))
+    return res
+
+
+def _run_case(ex: Exercise, case, fn, rt, seed: int, path: Path, keep: dict | None = None,
+              on_explain=None) -> CaseResult:
     """Run one case. If `keep` is a dict, the inputs, reference and outputs are left in it.
     `on_explain()` is called when the kernel has failed and the grader starts explaining it: what
     follows is the grader's time, not the kernel's (the parent's time limit is told)."""

@@ -19,6 +19,9 @@ CASES = attention_shapes() + [
     Case("causal_queries_past_keys", dict(B=1, H=2, Hkv=2, Nq=150, Nk=60, d=32, causal=True)),
     # Nq > Nk over whole key tiles: a diagonal that starts inside a full key tile.
     Case("causal_queries_past_key_tiles", dict(B=1, H=1, Hkv=1, Nq=200, Nk=130, d=32, causal=True)),
+    # No query at all: nothing flows back to K and V, so dK = dV = 0, written even though no query tile
+    # ever runs (a store of dK and dV inside the loop over query tiles leaves them unwritten).
+    Case("no_queries", dict(B=1, H=2, Hkv=1, Nq=0, Nk=37, d=32)),
     Case("causal_gqa", dict(B=2, H=8, Hkv=2, Nq=50, Nk=120, d=64, causal=True)),
     Case("causal_large_logits", dict(B=1, H=1, Hkv=1, Nq=130, Nk=130, d=64, logit=50.0, causal=True)),
     Case("causal_d_128", dict(B=1, H=2, Hkv=1, Nq=100, Nk=140, d=128, causal=True)),

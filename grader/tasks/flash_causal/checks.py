@@ -33,6 +33,10 @@ CASES = attention_shapes() + [
     # before a key tile's last, so a diagonal test one key too lenient lets it see that last key.
     # No case above has offset 62 modulo 64.
     Case("offset_62", dict(B=1, H=1, Hkv=1, Nq=66, Nk=128, d=32)),
+    # The file run with other tile sizes in its CONFIG (BLOCK_M x BLOCK_N), as the lesson's tile sweep
+    # sets them: a tile index or bound written with the other tile's size is right only while they agree.
+    Case("tiles_64x32", dict(B=1, H=2, Hkv=1, Nq=70, Nk=100, d=64, tiles="64x32")),
+    Case("tiles_32x64", dict(B=1, H=1, Hkv=1, Nq=70, Nk=100, d=32, tiles="32x64")),
 ]
 TOLERANCES = {"o": F32, "lse": F32}
 

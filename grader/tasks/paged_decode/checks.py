@@ -43,6 +43,10 @@ CASES = [
     # merge relative to the first warp's max takes exp(> 88) = inf).
     C("late_key_dominates", dict(B=2, H=4, Hkv=2, d=64, lens="300/37", num_splits=1, hot_key=299, hot=150.0)),
     C("long_context", dict(B=1, H=8, Hkv=2, d=128, lens="509")),
+    # The launch code's own split count (no num_splits) for a batch that fills part of the GPU: 128
+    # (sequence, kv head) blocks and contexts up to 1100 keys, where the count lies between 1 and the
+    # longest context's 5 chunks of MIN_CHUNK.
+    C("batch_with_own_splits", dict(B=32, H=8, Hkv=4, d=32, lens="1100/3/0/260/517")),
     # Not 1/sqrt(d): a kernel that computes its own scale instead of using the argument fails here.
     C("custom_scale", dict(B=2, H=6, Hkv=2, d=64, lens="97/53", scale=0.3)),
 ]

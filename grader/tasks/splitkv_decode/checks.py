@@ -21,6 +21,9 @@ C = Case
 CASES = [
     C("contexts_0_1_2_5", dict(B=4, H=2, Hkv=2, d=64, lens="0/1/2/5")),
     C("one_sequence_prime", dict(B=1, H=4, Hkv=4, d=64, lens="37")),
+    # A cache of capacity 0 (every context empty, k_cache [B, Hkv, 0, d]): o = 0, lse = -inf, and no
+    # split count of 0 to divide by.
+    C("empty_cache", dict(B=2, H=2, Hkv=1, d=32, lens="0/0", max_len=0)),
     C("mixed_lengths", dict(B=5, H=4, Hkv=2, d=64, lens="0/1/17/100/131", max_len=140)),
     C("gqa_4_to_1", dict(B=2, H=8, Hkv=2, d=64, lens="97/53")),
     C("gqa_8_to_1_d128", dict(B=2, H=8, Hkv=1, d=128, lens="61/0")),
@@ -59,7 +62,7 @@ valid = valid_decode_shape
 def make_inputs(p, rng):
     B, Hkv = p["B"], p["Hkv"]
     lens = context_lens(p)
-    max_len = p.get("max_len") or max(int(lens.max()), 1)   # the cache's capacity
+    max_len = p["max_len"] if "max_len" in p else max(int(lens.max()), 1)   # the cache's capacity (0: empty)
     q, k, v = decode_qkv(p, rng, (B, Hkv, max_len))
     if p.get("hot"):
         j = p["hot_key"]

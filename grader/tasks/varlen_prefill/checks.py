@@ -26,6 +26,9 @@ CASES = [
     C("chunked_prefill_causal", dict(B=3, H=2, Hkv=1, d=64, lens="10/40/1", lens_k="100/40/70", causal=True)),
     C("causal", dict(B=4, H=2, Hkv=2, d=32, lens="70/1/33/0", causal=True)),
     C("causal_queries_past_keys", dict(B=2, H=2, Hkv=1, d=32, lens="30/5", lens_k="10/5", causal=True)),
+    # A whole causal 64 x 64 sequence packed after one with more queries than keys: its queries start at
+    # 80 in q, its keys at 10 in k, so a test in packed positions sees its diagonal 70 rows away.
+    C("causal_after_queries_past_keys", dict(B=2, H=1, Hkv=1, d=32, lens="80/64", lens_k="10/64", causal=True)),
     # More queries than keys, and a sequence with none: a query tile past n_k still has rows to write.
     C("queries_past_keys", dict(B=3, H=2, Hkv=1, d=32, lens="100/5/30", lens_k="10/0/30")),
     C("gqa_4_to_1", dict(B=2, H=8, Hkv=2, d=64, lens="33/47", lens_k="47/20")),
