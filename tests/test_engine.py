@@ -721,3 +721,19 @@ def test_a_bulk_reduction_never_committed_whose_source_is_rewritten_is_named():
     message = r["cases"][0]["message"]
     assert "was never committed (no cp.async.bulk.commit_group after it)" in message, message
     assert "called from bwd_hopper_reduce_uncommitted_b48.py:287" in message, message
+
+
+def test_a_tiles_case_sets_the_files_tile_sizes_around_the_call_and_restores_them():
+    from grader.attention.calls import case_tiles, tiles_of
+    from grader.attention.replays import kernel_config
+    g = {"CONFIG": dict(BLOCK_M=64, BLOCK_N=64, TM=4)}
+    seen = []
+    fn = eval("lambda: seen.append(dict(CONFIG))", g | {"seen": seen})
+    with tiles_of(fn, {"tiles": "64x32"}):
+        fn()
+    assert seen == [dict(BLOCK_M=64, BLOCK_N=32, TM=4)] and fn.__globals__["CONFIG"]["BLOCK_N"] == 64
+    with pytest.raises(ZeroDivisionError), tiles_of(fn, {"tiles": "32x64"}):
+        1 / 0
+    assert fn.__globals__["CONFIG"] == dict(BLOCK_M=64, BLOCK_N=64, TM=4)      # restored after a raise too
+    assert case_tiles({"d": 32}) == {} and case_tiles({"tiles": "32x64"}) == {"BLOCK_M": 32, "BLOCK_N": 64}
+    assert kernel_config(g["CONFIG"], {"tiles": "64x32"})["BLOCK_N"] == 32     # the replays see the case's

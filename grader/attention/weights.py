@@ -209,11 +209,15 @@ def softmax_rows_observation(ctx, x, y_name: str = "y"):
         yield Seen(text)
 
 
-def dominant_column_observation(ctx, s, visible=None, tile: int = 64, margin: float = 20.0):
+def dominant_column_observation(ctx, s, visible=None, margin: float = 20.0):
     """Where every row's softmax is one key (its largest score above the rest by `margin` or more), and
-    the wrong rows are exactly those whose key lies in some columns of a `tile`-key tile: say which."""
+    the wrong rows are exactly those whose key lies in some columns of a key tile (BLOCK_N keys, as
+    the kernel was built for the case): say which."""
     from ..spec import Seen
     from .blocksparse import bad_row_mask
+    from .replays import kernel_config
+    tile = kernel_config(getattr(ctx, "config", None), ctx.params).get("BLOCK_N")
+    tile = tile if isinstance(tile, int) and tile > 0 else 64
     if visible is not None:
         s = np.where(visible, s, -np.inf)
     if s.shape[-1] < 2 or not np.isfinite(s).any(axis=-1).all():
