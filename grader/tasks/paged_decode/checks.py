@@ -25,6 +25,9 @@ CASES = [
     C("page_size_32_gqa_8_d128", dict(B=2, H=8, Hkv=1, d=128, lens="97/64", page_size=32)),
     C("page_size_7_prime", dict(B=2, H=3, Hkv=1, d=64, lens="53/14", page_size=7)),
     C("head_dim_32_page_size_4", dict(B=2, H=2, Hkv=1, d=32, lens="50/20", page_size=4)),
+    # d / 4 = 24 float4 chunks per row, not a power of two: a chunk index taken with a bit mask
+    # (idx & (d/4 - 1)) where idx % (d/4) is due leaves some features unwritten.
+    C("head_dim_96", dict(B=2, H=4, Hkv=1, d=96, lens="83/20")),
     C("shared_prefix", dict(B=2, H=4, Hkv=2, d=64, lens="80/70", shared_prefix=3)),
     C("spare_table_columns", dict(B=2, H=2, Hkv=2, d=64, lens="30/5", max_pages=6)),
     C("many_splits", dict(B=2, H=4, Hkv=2, d=64, lens="300/45", num_splits=8)),
