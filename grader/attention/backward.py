@@ -581,7 +581,7 @@ def store_causes(ctx):
     names = {"dq": "dQ", "dk": "dK", "dv": "dV"}
     for name in OUTPUTS:
         x = np.asarray(ctx.ref[name])
-        if x.shape[-1] % 2:
+        if x.size == 0 or x.shape[-1] % 2:      # no rows (Nq = 0: dq is empty), or no pairs
             continue
         swapped = x.reshape(x.shape[:-1] + (-1, 2))[..., ::-1].reshape(x.shape)
         if _matches(ctx, {**{n: ctx.ref[n] for n in OUTPUTS}, name: swapped}):

@@ -111,6 +111,7 @@ def decode_qkv(p, rng, n_keys_shape):
     logit: scores reach about ±logit (softmax close to one-hot).
     shift: every score of a row gets about +shift through a direction shared by q and all keys, so
            lse ≈ shift while the softmax stays spread out: exp(lse) overflows float32 past 88.
+    head_shift: the same, +head_shift for even query heads and -head_shift for odd ones.
     """
     B, H, d = p["B"], p["H"], p["d"]
     q = rng.standard_normal((B, H, d), dtype=np.float32)
@@ -121,6 +122,12 @@ def decode_qkv(p, rng, n_keys_shape):
         q, k = q * stretch, k * stretch
     if p.get("shift"):
         q, k = shifted(q, k, p["shift"], rng)
+    if p.get("head_shift"):
+        # Query heads alternately about +head_shift and -head_shift above their scores' usual level: the
+        # heads of one group (which share every key) lie far apart, past exp's range of each other.
+        u = _shared_direction(d, p["head_shift"], rng)
+        sign = np.where(np.arange(H) % 2 == 0, 1.0, -1.0)[None, :, None]
+        q, k = q + sign * u, k + u
     return q.astype(np.float32), k.astype(np.float32), v
 
 

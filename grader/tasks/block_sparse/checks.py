@@ -54,6 +54,9 @@ CASES = [
     _case("gqa_4_to_1", 2, 8, 2, 70, 140, 64, "random", mb_m=32, mb_n=32, density=0.5),
     _case("head_dim_128", 1, 2, 2, 200, 200, 128, "local", window=80),
     _case("large_logits", 1, 2, 2, 130, 130, 64, "random", mb_m=64, mb_n=32, density=0.5, logit=50.0),
+    # Every score of every row near -150: below exp's range unless the row's own max is subtracted, so
+    # only m == -INFINITY may mean "no visible key yet" (a threshold such as m < -126 is wrong here).
+    _case("scores_far_below_zero", 1, 2, 1, 70, 100, 64, "random", mb_m=32, mb_n=32, density=0.6, shift=-150.0),
 ]
 TOLERANCES = {"o": F32, "lse": F32}
 # Shrinking keeps the pattern and the mask's block size: a bug of a block size stays visible.

@@ -17,6 +17,9 @@ CASES = [
     C("tokens_3_context_1", dict(_, T=3, Hkv=4, lens="1/2")),
     C("tokens_4_gqa_8_two_row_tiles", dict(_, T=4, H=8, Hkv=1, d=128, lens="50/17", dtype="bfloat16")),
     C("tokens_8_gqa_16_row_blocks", dict(_, B=1, T=8, H=16, Hkv=1, lens="33")),
+    # 40 rows per group (G = 8, T = 5): two row blocks, the second with 8 rows and 24 of padding, whose
+    # out index would be the next sequence's tokens (past o for the last one).
+    C("tokens_5_gqa_8_partial_row_block", dict(_, B=2, T=5, H=8, Hkv=1, lens="45/70")),
     # More stages than the ring holds: every stage is refilled.
     C("ring_wraps", dict(_, B=1, T=2, H=8, lens="700", num_splits=1, dtype="bfloat16")),
     C("splits_past_short_context", dict(_, T=4, H=8, lens="300/45", num_splits=8)),

@@ -50,6 +50,9 @@ CASES = [
     # (sequence, kv head) blocks and contexts up to 1100 keys, where the count lies between 1 and the
     # longest context's 5 chunks of MIN_CHUNK.
     C("batch_with_own_splits", dict(B=32, H=8, Hkv=4, d=32, lens="1100/3/0/260/517")),
+    # The heads of a group about +60 and -60 (alternately): 120 apart, past exp's range, so anything
+    # one head's state takes from another's (its max, say) underflows the other's weights.
+    C("group_heads_far_apart", dict(B=2, H=4, Hkv=1, d=64, lens="40/17", head_shift=60.0)),
     # Not 1/sqrt(d): a kernel that computes its own scale instead of using the argument fails here.
     C("custom_scale", dict(B=2, H=6, Hkv=2, d=64, lens="97/53", scale=0.3)),
 ]

@@ -47,6 +47,9 @@ CASES = [
     # block's max, not the first warp's (exp(> 88) = inf).
     C("late_key_dominates", dict(B=2, H=4, Hkv=2, d=64, lens="300/37", num_splits=1, hot_key=299, hot=150.0)),
     C("long_context", dict(B=1, H=8, Hkv=2, d=128, lens="509")),
+    # The heads of a group about +60 and -60 (alternately): 120 apart, past exp's range, so anything
+    # one head's state takes from another's (its max, say) underflows the other's weights.
+    C("group_heads_far_apart", dict(B=2, H=4, Hkv=1, d=64, lens="40/17", head_shift=60.0)),
     # Not 1/sqrt(d): a kernel that computes its own scale instead of using the argument fails here.
     C("custom_scale", dict(B=2, H=6, Hkv=2, d=64, lens="97/53", scale=0.3)),
 ]

@@ -28,6 +28,9 @@ CASES = [
     C("causal_queries_past_keys", dict(B=2, H=2, Hkv=1, d=32, lens="30/5", lens_k="10/5", causal=True)),
     # A whole causal 64 x 64 sequence packed after one with more queries than keys: its queries start at
     # 80 in q, its keys at 10 in k, so a test in packed positions sees its diagonal 70 rows away.
+    # Causal offsets 62, 61 and 63 (n_k - n_q modulo 64) over whole key tiles: a diagonal test one key
+    # too lenient (or too strict) shows at one of them, in one sequence.
+    C("causal_offsets_61_to_63", dict(B=4, H=1, Hkv=1, d=32, lens="2/3/1/66", lens_k="64/64/64/128", causal=True)),
     C("causal_after_queries_past_keys", dict(B=2, H=1, Hkv=1, d=32, lens="80/64", lens_k="10/64", causal=True)),
     # More queries than keys, and a sequence with none: a query tile past n_k still has rows to write.
     C("queries_past_keys", dict(B=3, H=2, Hkv=1, d=32, lens="100/5/30", lens_k="10/0/30")),
