@@ -39,8 +39,7 @@ def kernel_config(config: dict | None, params: dict) -> dict:
     from .calls import case_tiles
     config = config or {}
     nested = config.get(params.get("d"))
-    config = nested if isinstance(nested, dict) else config
-    return dict(config, **case_tiles(params)) if case_tiles(params) else config
+    return dict(nested if isinstance(nested, dict) else config, **case_tiles(params))
 
 # ---- prefill (modules 00, 02, 03) ----------------------------------------------------------------
 
